@@ -1,0 +1,33 @@
+// The one place dpgrad includes xtensor from: array aliases and shape helpers.
+// Training runs in float32; every op is also instantiated for double, which the
+// gradient checks use.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xio.hpp>
+
+namespace dpgrad {
+
+template <class T>
+using ArrayT = xt::xarray<T>;
+using Array = ArrayT<float>;
+using Shape = std::vector<std::size_t>;
+
+template <class T>
+Shape shape_of(const ArrayT<T>& a) {
+  return Shape(a.shape().begin(), a.shape().end());
+}
+
+inline std::size_t numel(const Shape& s) {
+  std::size_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+}  // namespace dpgrad

@@ -1,0 +1,81 @@
+// Random numbers for dpgrad: a fast seeded generator for experiments and a
+// cryptographically secure one (libsodium's ChaCha20 stream, keyed from the
+// operating system's entropy) for privacy noise. Both feed the same samplers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dpgrad {
+
+/// A source of uniform 64-bit words plus the distributions DP needs.
+class Rng {
+ public:
+  virtual ~Rng() = default;
+  virtual std::uint64_t next_u64() = 0;
+  /// True for the cryptographically secure generator.
+  virtual bool secure() const = 0;
+  /// "fast (xoshiro256**, seed S)" or "secure (ChaCha20, OS entropy)": for run output.
+  virtual std::string describe() const = 0;
+  /// Serialised state for checkpoints. The secure generator returns "" (its key
+  /// never leaves memory) and re-keys from the OS on set_state.
+  virtual std::string state() const = 0;
+  virtual void set_state(const std::string& s) = 0;
+
+  double uniform();        // [0, 1), 53 random bits
+  double uniform_open();   // (0, 1)
+  std::uint64_t below(std::uint64_t n);  // uniform on {0, ..., n-1}, unbiased; n >= 1
+  bool bernoulli(double p);
+  double normal();         // N(0, 1)
+  double laplace(double scale);               // density exp(-|x|/scale) / (2 scale)
+  double gamma(double shape, double scale);   // shape > 0, scale > 0
+  double chi_squared(double k);
+  void fill_normal(float* out, std::size_t n, double stddev);
+  void fill_normal(double* out, std::size_t n, double stddev);
+
+ protected:
+  bool has_spare_ = false;   // Box-Muller produces normals in pairs
+  double spare_ = 0.0;
+};
+
+/// xoshiro256** seeded through splitmix64: fast, repeatable, NOT for privacy noise.
+class FastRng final : public Rng {
+ public:
+  explicit FastRng(std::uint64_t seed);
+  std::uint64_t next_u64() override;
+  bool secure() const override { return false; }
+  std::string describe() const override;
+  std::string state() const override;
+  void set_state(const std::string& s) override;
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t s_[4];
+};
+
+/// ChaCha20 keystream (libsodium crypto_stream_chacha20) with a 256-bit key from
+/// randombytes_buf. Not reproducible by design.
+class SecureRng final : public Rng {
+ public:
+  SecureRng();
+  ~SecureRng() override;
+  std::uint64_t next_u64() override;
+  bool secure() const override { return true; }
+  std::string describe() const override;
+  std::string state() const override { return ""; }
+  void set_state(const std::string& s) override;
+
+ private:
+  void rekey();
+  void refill();
+  unsigned char key_[32];
+  std::uint64_t nonce_ = 0;
+  unsigned char buf_[4096];
+  std::size_t pos_ = sizeof(buf_);
+};
+
+std::unique_ptr<Rng> make_rng(bool secure, std::uint64_t seed);
+
+}  // namespace dpgrad
