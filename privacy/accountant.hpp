@@ -1,0 +1,59 @@
+// The accountant interface: a ledger of DP-SGD steps (sampling rate, noise
+// multiplier, count, JL dimension) and the (epsilon, delta) it has spent. Each
+// accountant is a thin class over pure analysis functions in its own file.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dpgrad::privacy {
+
+/// Which datasets count as neighbours; every printed epsilon names it.
+enum class Neighbouring { add_remove, replace_one };
+std::string to_string(Neighbouring n);  // "add/remove-one", "replace-one"
+
+/// One ledger entry: `count` identical steps of the subsampled Gaussian mechanism.
+struct Step {
+  double sampling_rate;     // q in (0, 1]
+  double noise_multiplier;  // sigma > 0 (noise std / sensitivity)
+  long count = 1;           // >= 1
+  int jl_dim = 0;           // 0: exact per-sample norms; K >= 1: DP-SGD-JL with K projections
+};
+
+class Accountant {
+ public:
+  virtual ~Accountant() = default;
+  virtual std::string name() const = 0;  // "rdp", "pld", "gdp", "wor", "shuffle"
+  virtual Neighbouring neighbouring() const = 0;
+  /// Only what the accountant can analyse soundly; others are refused in step().
+  virtual bool supports_jl() const { return false; }
+
+  /// Records `steps` steps at (q, sigma). Validates (throws std::invalid_argument
+  /// naming the bad value); consecutive identical entries are merged.
+  void step(double sampling_rate, double noise_multiplier, long steps = 1, int jl_dim = 0);
+
+  /// Smallest epsilon this analysis proves at `delta` (0 < delta < 1); +infinity
+  /// when it proves none. Never below the truth: numerical error rounds upwards.
+  virtual double epsilon(double delta) const = 0;
+  /// delta at `epsilon` (>= 0); an upper bound.
+  virtual double delta(double epsilon) const = 0;
+
+  const std::vector<Step>& ledger() const { return ledger_; }
+  long total_steps() const;
+
+  /// The ledger and settings, so that a resumed run continues the same account.
+  virtual nlohmann::json to_json() const;
+  virtual std::unique_ptr<Accountant> clone() const = 0;
+
+ protected:
+  virtual void validate(const Step& s) const;
+  std::vector<Step> ledger_;
+};
+
+/// Builds an accountant from to_json() output.
+std::unique_ptr<Accountant> accountant_from_json(const nlohmann::json& j);
+
+}  // namespace dpgrad::privacy
