@@ -1,0 +1,74 @@
+// The primitive ops users compose layers from. Each has a primal, a vjp and a
+// jvp (in engine/ops/*.cpp); composites here declare no derivative of their own.
+// Arguments follow numpy broadcasting where noted; B is the batch axis.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor.hpp"
+
+namespace dpgrad {
+
+// ---- elementwise (engine/ops/elementwise.cpp) ----
+/// a + b, numpy broadcasting.                d/da = 1, d/db = 1
+template <class T> TensorT<T> add(const TensorT<T>& a, const TensorT<T>& b);
+/// a - b, numpy broadcasting.                d/da = 1, d/db = -1
+template <class T> TensorT<T> sub(const TensorT<T>& a, const TensorT<T>& b);
+/// a * b, numpy broadcasting.                d/da = b, d/db = a
+template <class T> TensorT<T> mul(const TensorT<T>& a, const TensorT<T>& b);
+/// c * x.                                    d = c
+template <class T> TensorT<T> scale(const TensorT<T>& x, T c);
+/// x + c.                                    d = 1
+template <class T> TensorT<T> add_scalar(const TensorT<T>& x, T c);
+/// max(x, 0).                                d = 1 for x > 0, 0 for x <= 0 (kink at 0: 0)
+template <class T> TensorT<T> relu(const TensorT<T>& x);
+/// tanh(x).                                  d = 1 - tanh^2
+template <class T> TensorT<T> tanh(const TensorT<T>& x);
+/// 1 / (1 + e^-x).                           d = s (1 - s)
+template <class T> TensorT<T> sigmoid(const TensorT<T>& x);
+/// e^x.                                      d = e^x
+template <class T> TensorT<T> exp(const TensorT<T>& x);
+/// log x (x > 0).                            d = 1 / x
+template <class T> TensorT<T> log(const TensorT<T>& x);
+
+template <class T> TensorT<T> operator+(const TensorT<T>& a, const TensorT<T>& b) { return add(a, b); }
+template <class T> TensorT<T> operator-(const TensorT<T>& a, const TensorT<T>& b) { return sub(a, b); }
+template <class T> TensorT<T> operator*(const TensorT<T>& a, const TensorT<T>& b) { return mul(a, b); }
+
+// ---- reductions (engine/ops/reduce.cpp) ----
+/// Sum over `axes` (all axes when empty).    d = 1 broadcast back
+template <class T> TensorT<T> sum(const TensorT<T>& x, std::vector<std::size_t> axes = {}, bool keepdims = false);
+/// Mean over `axes` (all when empty): sum scaled by 1/count.
+template <class T> TensorT<T> mean(const TensorT<T>& x, std::vector<std::size_t> axes = {}, bool keepdims = false);
+
+// ---- shape (engine/ops/shape.cpp) ----
+/// Same elements, new shape (row-major order).
+template <class T> TensorT<T> reshape(const TensorT<T>& x, Shape shape);
+/// Axes permuted: out.shape[i] = x.shape[perm[i]].
+template <class T> TensorT<T> transpose(const TensorT<T>& x, std::vector<std::size_t> perm);
+/// x[..., begin:end, ...] along `axis`.
+template <class T> TensorT<T> slice(const TensorT<T>& x, std::size_t axis, std::size_t begin, std::size_t end);
+/// Joins along an existing axis; shapes agree elsewhere.
+template <class T> TensorT<T> concat(const std::vector<TensorT<T>>& xs, std::size_t axis);
+/// Joins along a new axis (a composite of reshape and concat).
+template <class T> TensorT<T> stack(const std::vector<TensorT<T>>& xs, std::size_t axis);
+
+// ---- parametric ops (engine/ops/linear.cpp, engine/ops/gather.cpp) ----
+/// x W + b: x (B, ..., d), W (d, p), b (p) or undefined -> (B, ..., p). BLAS GEMMs.
+/// Records per-sample uses of W and b when the tape asks (engine/tape.hpp).
+template <class T> TensorT<T> linear(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b = {});
+/// Rows of a table: W (V, p), ids (B, ...) in [0, V) -> (B, ..., p).
+template <class T> TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids);
+
+// ---- losses (engine/ops/loss.cpp) ----
+/// Per-sample softmax cross-entropy: logits (B, C), labels (B) in [0, C) -> (B).
+/// d/dz_i = softmax(z_i) - onehot(y_i); computed with the max subtracted.
+template <class T> TensorT<T> cross_entropy(const TensorT<T>& logits, const std::vector<std::int32_t>& labels);
+/// Batch mean of cross_entropy (an empty batch gives 0).
+template <class T> TensorT<T> mean_cross_entropy(const TensorT<T>& logits, const std::vector<std::int32_t>& labels);
+
+/// A constant (no gradient, no tangent): masks, targets.
+template <class T> TensorT<T> constant(ArrayT<T> value) { return TensorT<T>(std::move(value), false); }
+
+}  // namespace dpgrad

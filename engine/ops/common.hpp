@@ -1,0 +1,93 @@
+// Helpers shared by the op implementations (not installed): broadcasting in
+// reverse (unbroadcast) and forward (broadcast_tangent) mode, shape strings,
+// and explicit instantiation for float and double.
+#pragma once
+
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include <xtensor/xbroadcast.hpp>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xreducer.hpp>
+#include <xtensor/xstrided_view.hpp>
+
+#include "engine/op.hpp"
+
+namespace dpgrad::detail {
+
+inline std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + ")";
+}
+
+/// The numpy broadcast of two shapes; throws naming `op` when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+/// Sums g (broadcast shape) down to `target` (the reverse of broadcasting).
+template <class T>
+ArrayT<T> unbroadcast(const ArrayT<T>& g, const Shape& target) {
+  Shape gs = shape_of(g);
+  if (gs == target) return g;
+  std::size_t lead = gs.size() - target.size();
+  std::vector<std::size_t> axes;
+  for (std::size_t i = 0; i < gs.size(); ++i)
+    if (i < lead || (target[i - lead] == 1 && gs[i] != 1)) axes.push_back(i);
+  ArrayT<T> r = xt::sum(g, axes);
+  r.reshape(target);
+  return r;
+}
+
+/// Tangents x_dot (k, ...xs) broadcast to (k, ...out): a new leading axis stays in front.
+template <class T>
+ArrayT<T> broadcast_tangent(const ArrayT<T>& x_dot, const Shape& out) {
+  Shape xs(x_dot.shape().begin() + 1, x_dot.shape().end());
+  if (xs == out) return x_dot;
+  std::size_t k = x_dot.shape()[0];
+  Shape padded{k};
+  for (std::size_t i = xs.size(); i < out.size(); ++i) padded.push_back(1);
+  padded.insert(padded.end(), xs.begin(), xs.end());
+  Shape full{k};
+  full.insert(full.end(), out.begin(), out.end());
+  auto v = xt::reshape_view(x_dot, padded);
+  return xt::broadcast(v, full);
+}
+
+/// Shape (k, ...s).
+inline Shape with_k(std::size_t k, const Shape& s) {
+  Shape r{k};
+  r.insert(r.end(), s.begin(), s.end());
+  return r;
+}
+
+/// A row-major shape seen as (outer, len, inner) around one axis.
+struct AxisSplit {
+  std::size_t outer = 1, len = 1, inner = 1;
+};
+inline AxisSplit split_at(const Shape& s, std::size_t axis) {
+  AxisSplit r;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i < axis) r.outer *= s[i];
+    else if (i == axis) r.len = s[i];
+    else r.inner *= s[i];
+  }
+  return r;
+}
+
+/// dst[o, db + j, i] = (or +=) src[o, sb + j, i] for j < n: block copies along an
+/// axis (xtensor 0.24's strided-view assignment is unreliable with xsimd).
+template <bool Add, class T>
+void copy_along(const T* src, AxisSplit s, std::size_t sb, T* dst, AxisSplit d, std::size_t db, std::size_t n) {
+  std::size_t run = n * s.inner;
+  for (std::size_t o = 0; o < s.outer; ++o) {
+    const T* from = src + (o * s.len + sb) * s.inner;
+    T* to = dst + (o * d.len + db) * d.inner;
+    if constexpr (Add)
+      for (std::size_t i = 0; i < run; ++i) to[i] += from[i];
+    else
+      std::copy_n(from, run, to);
+  }
+}
+
+}  // namespace dpgrad::detail

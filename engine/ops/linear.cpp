@@ -1,0 +1,108 @@
+// linear: y = x W + b on BLAS GEMMs, the parametric op behind dense layers,
+// convolutions (after im2col) and recurrent cells. Besides its rules it records
+// each use of W and b for the per-sample rules (engine/tape.hpp).
+#include "engine/blas.hpp"
+#include "engine/ops.hpp"
+#include "engine/ops/common.hpp"
+#include "engine/tape.hpp"
+
+namespace dpgrad {
+namespace {
+using detail::shape_str;
+
+template <class T>
+struct LinearOp final : Op<T> {
+  bool has_bias = false;
+  std::size_t m = 0, d = 0, p = 0;  // x as (m, d), W (d, p)
+  ParamUse<T>* w_use = nullptr;
+  ParamUse<T>* b_use = nullptr;
+  bool param_grads = true;
+  const char* name() const override { return "linear"; }
+
+  ArrayT<T> forward(Values<T> x) override {
+    const ArrayT<T>& a = *x[0];
+    const ArrayT<T>& w = *x[1];
+    if (w.dimension() != 2 || a.dimension() < 1 || a.shape().back() != w.shape()[0])
+      throw std::invalid_argument("linear: x " + shape_str(shape_of(a)) + " does not fit W " + shape_str(shape_of(w)) +
+                                  " (need x (..., d), W (d, p))");
+    d = w.shape()[0];
+    p = w.shape()[1];
+    m = d == 0 ? 0 : a.size() / d;
+    if (has_bias && (x[2]->dimension() != 1 || x[2]->shape()[0] != p))
+      throw std::invalid_argument("linear: bias " + shape_str(shape_of(*x[2])) + " must be (" + std::to_string(p) + ")");
+    Shape os = shape_of(a);
+    os.back() = p;
+    ArrayT<T> out = ArrayT<T>::from_shape(os);
+    if (has_bias) {
+      auto rows = xt::reshape_view(out, Shape{m, p});
+      rows = xt::broadcast(*x[2], Shape{m, p});
+    }
+    blas::gemm<T>(false, false, m, p, d, T(1), a.data(), w.data(), has_bias ? T(1) : T(0), out.data());
+    return out;
+  }
+
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
+    bool fresh;
+    if (dx[0]) {  // dx = dout W^T
+      ArrayT<T>& g = dx[0].buffer(fresh);
+      blas::gemm<T>(false, true, m, d, p, T(1), dout.data(), x[1]->data(), fresh ? T(0) : T(1), g.data());
+    }
+    if (dx[1] && (param_grads || !w_use)) {  // dW = x^T dout
+      ArrayT<T>& g = dx[1].buffer(fresh);
+      blas::gemm<T>(true, false, d, p, m, T(1), x[0]->data(), dout.data(), fresh ? T(0) : T(1), g.data());
+    }
+    if (has_bias && dx[2] && (param_grads || !b_use))
+      dx[2].add(xt::sum(xt::reshape_view(dout, Shape{m, p}), {0}));
+    if (w_use || b_use) {
+      auto delta = std::make_shared<const ArrayT<T>>(dout);
+      if (w_use) w_use->delta = delta;
+      if (b_use) b_use->delta = delta;
+    }
+  }
+
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
+    T beta = T(0);
+    if (dot[0]) {  // x_dot W, all k tangents in one GEMM
+      blas::gemm<T>(false, false, k * m, p, d, T(1), dot[0]->data(), x[1]->data(), T(0), r.data());
+      beta = T(1);
+    }
+    if (dot[1]) {  // x W_dot_j
+      for (std::size_t j = 0; j < k; ++j)
+        blas::gemm<T>(false, false, m, p, d, T(1), x[0]->data(), dot[1]->data() + j * d * p, beta,
+                      r.data() + j * m * p);
+      beta = T(1);
+    }
+    if (beta == T(0)) r.fill(T(0));
+    if (has_bias && dot[2]) {
+      auto rows = xt::reshape_view(r, Shape{k, m, p});
+      rows += xt::reshape_view(*dot[2], Shape{k, 1, p});
+    }
+    return r;
+  }
+
+  void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
+    if (!tape.records_uses()) return;
+    param_grads = tape.param_grads();
+    if (in[1]->is_parameter) {
+      w_use = tape.add_use(in[1], UseKind::matmul);
+      w_use->input = in[0];
+    }
+    if (has_bias && in[2]->is_parameter) b_use = tape.add_use(in[2], UseKind::bias);
+  }
+};
+
+}  // namespace
+
+template <class T>
+TensorT<T> linear(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b) {
+  auto op = std::make_unique<LinearOp<T>>();
+  op->has_bias = b.defined();
+  if (op->has_bias) return apply<T>(std::move(op), {x, w, b});
+  return apply<T>(std::move(op), {x, w});
+}
+
+template TensorT<float> linear(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&);
+template TensorT<double> linear(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&);
+
+}  // namespace dpgrad

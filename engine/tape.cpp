@@ -1,0 +1,164 @@
+// Tape recording, the reverse sweep, and apply(): the one place where an op's
+// primal, jvp and recording are sequenced.
+#include "engine/tape.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace dpgrad {
+
+namespace {
+template <class T>
+TapeT<T>*& active_tape_slot() {
+  thread_local TapeT<T>* tape = nullptr;
+  return tape;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + ")";
+}
+}  // namespace
+
+template <class T>
+TapeT<T>* active_tape() {
+  return active_tape_slot<T>();
+}
+
+template <class T>
+RecordScope<T>::RecordScope(TapeT<T>& tape) : previous_(active_tape_slot<T>()) {
+  active_tape_slot<T>() = &tape;
+}
+template <class T>
+RecordScope<T>::~RecordScope() {
+  active_tape_slot<T>() = previous_;
+}
+template <class T>
+NoRecordScope<T>::NoRecordScope() : previous_(active_tape_slot<T>()) {
+  active_tape_slot<T>() = nullptr;
+}
+template <class T>
+NoRecordScope<T>::~NoRecordScope() {
+  active_tape_slot<T>() = previous_;
+}
+
+template <class T>
+void TapeT<T>::record(std::unique_ptr<Op<T>> op, std::vector<std::shared_ptr<Node<T>>> inputs,
+                      std::shared_ptr<Node<T>> output) {
+  entries_.push_back(Entry{std::move(op), std::move(inputs), std::move(output)});
+  Entry& e = entries_.back();
+  e.op->on_record(*this, std::span<const std::shared_ptr<Node<T>>>(e.inputs));
+}
+
+template <class T>
+ParamUse<T>* TapeT<T>::add_use(const std::shared_ptr<Node<T>>& param, UseKind kind) {
+  use_store_.push_back(ParamUse<T>{kind, nullptr, nullptr, nullptr});
+  ParamUse<T>* use = &use_store_.back();
+  auto it = group_of_.find(param.get());
+  if (it == group_of_.end()) {
+    group_of_.emplace(param.get(), grouped_.size());
+    grouped_.push_back(ParamUses<T>{param, {use}});
+  } else {
+    grouped_[it->second].uses.push_back(use);
+  }
+  return use;
+}
+
+template <class T>
+void TapeT<T>::backward(const TensorT<T>& loss) {
+  if (!loss.defined() || loss.size() != 1)
+    throw std::invalid_argument("backward(loss): loss must have one element, got shape " +
+                                shape_str(loss.shape()) + "; pass a seed cotangent for other outputs");
+  backward(loss, xt::ones<T>(loss.value().shape()));
+}
+
+template <class T>
+void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
+  if (!out.defined()) throw std::invalid_argument("backward: undefined tensor");
+  if (shape_of(seed) != out.shape())
+    throw std::invalid_argument("backward: seed shape " + shape_str(shape_of(seed)) +
+                                " differs from output shape " + shape_str(out.shape()));
+  Node<T>* root = out.node();
+  if (root->has_grad) root->grad += seed;
+  else {
+    root->grad = seed;
+    root->has_grad = true;
+  }
+  std::vector<const ArrayT<T>*> values;
+  std::vector<GradSlot<T>> slots;
+  for (std::size_t i = entries_.size(); i-- > 0;) {
+    Entry& e = entries_[i];
+    Node<T>* o = e.output.get();
+    if (!o->has_grad) continue;
+    values.clear();
+    slots.clear();
+    for (auto& in : e.inputs) {
+      values.push_back(&in->value);
+      slots.emplace_back(in->requires_grad ? in.get() : nullptr);
+    }
+    e.op->vjp(o->grad, Values<T>(values), o->value, Slots<T>(slots));
+    if (!retain_grads_ && o != root) {
+      o->grad = ArrayT<T>();
+      o->has_grad = false;
+    }
+  }
+}
+
+template <class T>
+void TapeT<T>::clear() {
+  entries_.clear();
+  grouped_.clear();
+  group_of_.clear();
+  use_store_.clear();
+}
+
+template <class T>
+TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs) {
+  std::vector<const ArrayT<T>*> values;
+  values.reserve(inputs.size());
+  std::size_t k = 0;
+  bool any_grad = false;
+  for (const auto& t : inputs) {
+    if (!t.defined()) throw std::invalid_argument(std::string(op->name()) + ": undefined input tensor");
+    values.push_back(&t.value());
+    any_grad = any_grad || t.requires_grad();
+    if (t.has_tangent()) {
+      std::size_t kt = t.tangent_count();
+      if (k != 0 && kt != k)
+        throw std::invalid_argument(std::string(op->name()) + ": inputs carry different tangent counts (" +
+                                    std::to_string(k) + " and " + std::to_string(kt) + ")");
+      k = kt;
+    }
+  }
+  auto node = std::make_shared<Node<T>>();
+  node->value = op->forward(Values<T>(values));
+  if (k > 0) {
+    std::vector<const ArrayT<T>*> dots;
+    for (const auto& t : inputs) dots.push_back(t.has_tangent() ? &t.node()->tangent : nullptr);
+    node->tangent = op->jvp(Values<T>(values), Tangents<T>(dots), node->value, k);
+    node->has_tangent = true;
+  }
+  TapeT<T>* tape = active_tape<T>();
+  if (tape && any_grad) {
+    node->requires_grad = true;
+    std::vector<std::shared_ptr<Node<T>>> in_nodes;
+    in_nodes.reserve(inputs.size());
+    for (const auto& t : inputs) in_nodes.push_back(t.shared());
+    tape->record(std::move(op), std::move(in_nodes), node);
+  }
+  return TensorT<T>(node);
+}
+
+template class TapeT<float>;
+template class TapeT<double>;
+template class RecordScope<float>;
+template class RecordScope<double>;
+template class NoRecordScope<float>;
+template class NoRecordScope<double>;
+template TapeT<float>* active_tape();
+template TapeT<double>* active_tape();
+template TensorT<float> apply(std::unique_ptr<Op<float>>, std::span<const TensorT<float>>);
+template TensorT<double> apply(std::unique_ptr<Op<double>>, std::span<const TensorT<double>>);
+
+}  // namespace dpgrad

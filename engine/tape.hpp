@@ -1,0 +1,127 @@
+// The tape: op applications in construction order. backward() is one reverse
+// loop over it (no graph sort), accumulating cotangents into nodes. The tape
+// also keeps what the per-sample rules need from each use of a parameter.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/op.hpp"
+
+namespace dpgrad {
+
+/// How a parametric op used a parameter W (MATH.md section 7). B is the
+/// leading (batch) axis of every recorded array; the middle axes are "time".
+enum class UseKind {
+  matmul,  // y = a W:            a (B, ..., d), delta (B, ..., p), W (d, p)
+  bias,    // y = z + b:          delta (B, ..., p), b (p)
+  gather,  // y = W[ids]:         ids (B, ...), delta (B, ..., p), W (V, p)
+};
+
+template <class T>
+struct ParamUse {
+  UseKind kind;
+  std::shared_ptr<Node<T>> input;             // matmul: the activations a (kept alive, not copied)
+  std::shared_ptr<const std::vector<std::int32_t>> ids;  // gather: flattened ids, B * steps of them
+  std::shared_ptr<const ArrayT<T>> delta;     // dLoss/dy, filled by backward (shared by W and b)
+};
+
+/// Every use of one parameter in one forward pass: one per-sample gradient.
+template <class T>
+struct ParamUses {
+  std::shared_ptr<Node<T>> param;
+  std::vector<ParamUse<T>*> uses;
+};
+
+template <class T>
+class TapeT {
+ public:
+  TapeT() = default;
+  TapeT(const TapeT&) = delete;
+  TapeT& operator=(const TapeT&) = delete;
+
+  void record(std::unique_ptr<Op<T>> op, std::vector<std::shared_ptr<Node<T>>> inputs,
+              std::shared_ptr<Node<T>> output);
+
+  /// Reverse mode from a one-element loss (seed 1).
+  void backward(const TensorT<T>& loss);
+  /// Reverse mode with an explicit cotangent for `out` (same shape as out).
+  void backward(const TensorT<T>& out, const ArrayT<T>& seed);
+
+  /// Drops every record (values are freed once no handle holds them).
+  void clear();
+  std::size_t size() const { return entries_.size(); }
+
+  /// Keep intermediate gradients after backward (tests); by default they are
+  /// freed as soon as they have been propagated.
+  void retain_grads(bool on) { retain_grads_ = on; }
+
+  /// Per-sample recording: parametric ops note their uses of parameters.
+  /// With param_grads = false they skip the summed parameter gradient too
+  /// (strategies that build it from the uses themselves).
+  void record_uses(bool on, bool param_grads = true) {
+    record_uses_ = on;
+    param_grads_ = param_grads;
+  }
+  bool records_uses() const { return record_uses_; }
+  bool param_grads() const { return param_grads_; }
+  ParamUse<T>* add_use(const std::shared_ptr<Node<T>>& param, UseKind kind);
+  /// Grouped by parameter, in order of first use.
+  const std::vector<ParamUses<T>>& uses() const { return grouped_; }
+
+ private:
+  struct Entry {
+    std::unique_ptr<Op<T>> op;
+    std::vector<std::shared_ptr<Node<T>>> inputs;
+    std::shared_ptr<Node<T>> output;
+  };
+  std::vector<Entry> entries_;
+  bool retain_grads_ = false;
+  bool record_uses_ = false;
+  bool param_grads_ = true;
+  std::deque<ParamUse<T>> use_store_;  // stable addresses
+  std::vector<ParamUses<T>> grouped_;
+  std::unordered_map<Node<T>*, std::size_t> group_of_;
+};
+
+/// The tape ops record on in this thread (nullptr: none).
+template <class T>
+TapeT<T>* active_tape();
+
+/// Makes `tape` the active tape of this thread for the scope's lifetime.
+template <class T>
+class RecordScope {
+ public:
+  explicit RecordScope(TapeT<T>& tape);
+  ~RecordScope();
+  RecordScope(const RecordScope&) = delete;
+  RecordScope& operator=(const RecordScope&) = delete;
+
+ private:
+  TapeT<T>* previous_;
+};
+
+/// Suspends recording (inference, evaluation) for the scope's lifetime.
+template <class T>
+class NoRecordScope {
+ public:
+  NoRecordScope();
+  ~NoRecordScope();
+
+ private:
+  TapeT<T>* previous_;
+};
+
+using Tape = TapeT<float>;
+
+extern template class TapeT<float>;
+extern template class TapeT<double>;
+extern template class RecordScope<float>;
+extern template class RecordScope<double>;
+extern template class NoRecordScope<float>;
+extern template class NoRecordScope<double>;
+
+}  // namespace dpgrad

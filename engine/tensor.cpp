@@ -1,0 +1,71 @@
+// Tensor handles: accessors that check their preconditions.
+#include "engine/tensor.hpp"
+
+#include <stdexcept>
+
+namespace dpgrad {
+
+template <class T>
+TensorT<T>::TensorT(ArrayT<T> value, bool requires_grad) : node_(std::make_shared<Node<T>>()) {
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+}
+
+template <class T>
+T TensorT<T>::item() const {
+  if (size() != 1)
+    throw std::invalid_argument("item(): tensor has " + std::to_string(size()) + " elements, not 1");
+  return *node_->value.data();
+}
+
+template <class T>
+const ArrayT<T>& TensorT<T>::grad() const {
+  if (!node_->has_grad) {
+    node_->grad = xt::zeros<T>(node_->value.shape());
+    node_->has_grad = true;
+  }
+  return node_->grad;
+}
+
+template <class T>
+void TensorT<T>::zero_grad() {
+  node_->has_grad = false;
+  node_->grad = ArrayT<T>();
+}
+
+template <class T>
+const ArrayT<T>& TensorT<T>::tangent() const {
+  if (!node_->has_tangent) throw std::logic_error("tangent(): tensor '" + node_->name + "' has no tangent");
+  return node_->tangent;
+}
+
+template <class T>
+void TensorT<T>::set_tangent(ArrayT<T> tangent) {
+  const auto& v = node_->value.shape();
+  const auto& t = tangent.shape();
+  bool ok = t.size() == v.size() + 1 && t[0] >= 1 && std::equal(v.begin(), v.end(), t.begin() + 1);
+  if (!ok) throw std::invalid_argument("set_tangent: tangent must have shape (k, ...value shape)");
+  node_->tangent = std::move(tangent);
+  node_->has_tangent = true;
+}
+
+template <class T>
+void TensorT<T>::clear_tangent() {
+  node_->tangent = ArrayT<T>();
+  node_->has_tangent = false;
+}
+
+template <class T>
+TensorT<T> make_parameter(std::string name, ArrayT<T> value) {
+  TensorT<T> p(std::move(value), true);
+  p.node()->is_parameter = true;
+  p.node()->name = std::move(name);
+  return p;
+}
+
+template class TensorT<float>;
+template class TensorT<double>;
+template TensorT<float> make_parameter(std::string, ArrayT<float>);
+template TensorT<double> make_parameter(std::string, ArrayT<double>);
+
+}  // namespace dpgrad

@@ -1,0 +1,76 @@
+// Tensors: shared handles to graph nodes holding a value, an accumulated
+// gradient (reverse mode) and k stacked tangents (forward mode). Parameters are
+// leaf tensors with a name that optimizers update in place.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/array.hpp"
+
+namespace dpgrad {
+
+template <class T>
+struct Node {
+  ArrayT<T> value;
+  ArrayT<T> grad;          // same shape as value, valid when has_grad
+  ArrayT<T> tangent;       // (k, ...value shape), valid when has_tangent
+  bool has_grad = false;
+  bool has_tangent = false;
+  bool requires_grad = false;
+  bool is_parameter = false;
+  std::string name;
+};
+
+template <class T>
+class TensorT {
+ public:
+  TensorT() = default;
+  /// A leaf. requires_grad: reverse mode computes its gradient.
+  explicit TensorT(ArrayT<T> value, bool requires_grad = false);
+  explicit TensorT(std::shared_ptr<Node<T>> node) : node_(std::move(node)) {}
+
+  bool defined() const { return node_ != nullptr; }
+  const ArrayT<T>& value() const { return node_->value; }
+  /// For optimizers and loaders only: changing a value recorded on a live tape
+  /// invalidates that tape.
+  ArrayT<T>& mutable_value() { return node_->value; }
+  Shape shape() const { return shape_of(node_->value); }
+  std::size_t dim() const { return node_->value.dimension(); }
+  std::size_t size() const { return node_->value.size(); }
+  /// The value of a one-element tensor.
+  T item() const;
+
+  bool requires_grad() const { return node_->requires_grad; }
+  bool has_grad() const { return node_->has_grad; }
+  /// The accumulated gradient; zeros if nothing reached this tensor.
+  const ArrayT<T>& grad() const;
+  void zero_grad();
+
+  bool has_tangent() const { return node_->has_tangent; }
+  /// (k, ...shape): k directional derivatives pushed through forward mode.
+  const ArrayT<T>& tangent() const;
+  std::size_t tangent_count() const { return has_tangent() ? node_->tangent.shape()[0] : 0; }
+  /// Seeds forward mode at this leaf: `tangent` has shape (k, ...shape).
+  void set_tangent(ArrayT<T> tangent);
+  void clear_tangent();
+
+  bool is_parameter() const { return node_->is_parameter; }
+  const std::string& name() const { return node_->name; }
+  Node<T>* node() const { return node_.get(); }
+  const std::shared_ptr<Node<T>>& shared() const { return node_; }
+
+ private:
+  std::shared_ptr<Node<T>> node_;
+};
+
+/// A trainable leaf with a name ("dense1.weight").
+template <class T>
+TensorT<T> make_parameter(std::string name, ArrayT<T> value);
+
+using Tensor = TensorT<float>;
+
+extern template class TensorT<float>;
+extern template class TensorT<double>;
+
+}  // namespace dpgrad
