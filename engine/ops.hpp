@@ -58,8 +58,10 @@ template <class T> TensorT<T> stack(const std::vector<TensorT<T>>& xs, std::size
 /// x W + b: x (B, ..., d), W (d, p), b (p) or undefined -> (B, ..., p). BLAS GEMMs.
 /// Records per-sample uses of W and b when the tape asks (engine/tape.hpp).
 template <class T> TensorT<T> linear(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b = {});
-/// Rows of a table: W (V, p), ids (B, ...) in [0, V) -> (B, ..., p).
-template <class T> TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids);
+/// Rows of a table: W (V, p), ids (B, ...) in [0, V) -> (B, ..., p). Positions
+/// holding `padding_id` (if >= 0) give zero rows and no gradient.
+template <class T>
+TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids, std::int32_t padding_id = -1);
 
 // ---- losses (engine/ops/loss.cpp) ----
 /// Per-sample softmax cross-entropy: logits (B, C), labels (B) in [0, C) -> (B).

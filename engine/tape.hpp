@@ -25,7 +25,7 @@ template <class T>
 struct ParamUse {
   UseKind kind;
   std::shared_ptr<Node<T>> input;             // matmul: the activations a (kept alive, not copied)
-  std::shared_ptr<const std::vector<std::int32_t>> ids;  // gather: flattened ids, B * steps of them
+  std::shared_ptr<const std::vector<std::int32_t>> ids;  // gather: flattened ids, B * steps of them; -1 = padding
   std::shared_ptr<const ArrayT<T>> delta;     // dLoss/dy, filled by backward (shared by W and b)
 };
 

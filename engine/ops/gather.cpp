@@ -9,7 +9,7 @@ namespace {
 
 template <class T>
 struct GatherOp final : Op<T> {
-  std::shared_ptr<const std::vector<std::int32_t>> ids;  // flattened
+  std::shared_ptr<const std::vector<std::int32_t>> ids;  // flattened; -1 marks padding (no row, no gradient)
   Shape id_shape;
   std::size_t vocab = 0, p = 0;
   ParamUse<T>* use = nullptr;
@@ -26,6 +26,10 @@ struct GatherOp final : Op<T> {
     ArrayT<T> out = ArrayT<T>::from_shape(os);
     for (std::size_t i = 0; i < ids->size(); ++i) {
       std::int32_t id = (*ids)[i];
+      if (id == -1) {
+        std::fill_n(out.data() + i * p, p, T(0));
+        continue;
+      }
       if (id < 0 || std::size_t(id) >= vocab)
         throw std::invalid_argument("gather: id " + std::to_string(id) + " outside [0, " + std::to_string(vocab) + ")");
       std::copy_n(w.data() + std::size_t(id) * p, p, out.data() + i * p);
@@ -39,6 +43,7 @@ struct GatherOp final : Op<T> {
     ArrayT<T>& g = dx[0].buffer(fresh);
     if (fresh) g.fill(T(0));
     for (std::size_t i = 0; i < ids->size(); ++i) {
+      if ((*ids)[i] < 0) continue;
       T* row = g.data() + std::size_t((*ids)[i]) * p;
       const T* src = dout.data() + i * p;
       for (std::size_t j = 0; j < p; ++j) row[j] += src[j];
@@ -48,8 +53,10 @@ struct GatherOp final : Op<T> {
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     std::size_t n = ids->size();
     for (std::size_t j = 0; j < k; ++j)
-      for (std::size_t i = 0; i < n; ++i)
-        std::copy_n(dot[0]->data() + (j * vocab + std::size_t((*ids)[i])) * p, p, r.data() + (j * n + i) * p);
+      for (std::size_t i = 0; i < n; ++i) {
+        if ((*ids)[i] < 0) std::fill_n(r.data() + (j * n + i) * p, p, T(0));
+        else std::copy_n(dot[0]->data() + (j * vocab + std::size_t((*ids)[i])) * p, p, r.data() + (j * n + i) * p);
+      }
     return r;
   }
   void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
@@ -63,14 +70,19 @@ struct GatherOp final : Op<T> {
 }  // namespace
 
 template <class T>
-TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids) {
+TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids, std::int32_t padding_id) {
   auto op = std::make_unique<GatherOp<T>>();
-  op->ids = std::make_shared<const std::vector<std::int32_t>>(ids.begin(), ids.end());
+  auto flat = std::make_shared<std::vector<std::int32_t>>(ids.begin(), ids.end());
+  for (auto& id : *flat) {
+    if (id < 0) throw std::invalid_argument("gather: id " + std::to_string(id) + " is negative");
+    if (id == padding_id) id = -1;
+  }
+  op->ids = flat;
   op->id_shape = shape_of(ids);
   return apply<T>(std::move(op), {w});
 }
 
-template TensorT<float> gather(const TensorT<float>&, const ArrayT<std::int32_t>&);
-template TensorT<double> gather(const TensorT<double>&, const ArrayT<std::int32_t>&);
+template TensorT<float> gather(const TensorT<float>&, const ArrayT<std::int32_t>&, std::int32_t);
+template TensorT<double> gather(const TensorT<double>&, const ArrayT<std::int32_t>&, std::int32_t);
 
 }  // namespace dpgrad

@@ -124,6 +124,16 @@ TEST_CASE("ops: gather") {
   DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return gather(v[0], ids); }, {w}));
   ArrayT<std::int32_t> one = xt::zeros<std::int32_t>({1, 1}) + 3;
   DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return gather(v[0], one); }, {w}));
+  // padding positions give zero rows and no gradient to the padding row
+  DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return gather(v[0], ids, 5); }, {w}));
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D table = make_parameter<double>("emb", w);
+  D out = gather(table, ids, 5);
+  CHECK(xt::sum(xt::abs(xt::view(out.value(), 0, 1)))() == 0.0);
+  tape.backward(sum(out));
+  CHECK(xt::sum(xt::abs(xt::view(table.grad(), 5)))() == 0.0);
+  CHECK(xt::view(table.grad(), 4)(0) == 2.0);
 }
 
 TEST_CASE("ops: cross entropy") {

@@ -1,0 +1,95 @@
+// Module plumbing: parameter counting, Sequential, batch selection.
+#include "layers/module.hpp"
+
+#include <stdexcept>
+
+#include "engine/array.hpp"
+
+namespace dpgrad {
+
+template <class T>
+std::size_t ModuleT<T>::parameter_count() const {
+  std::size_t n = 0;
+  for (const auto& p : parameters()) n += p.size();
+  return n;
+}
+
+template <class T>
+SequentialT<T>& SequentialT<T>::add(std::unique_ptr<LayerT<T>> layer) {
+  if (!layer) throw std::invalid_argument("Sequential::add: null layer");
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+template <class T>
+TensorT<T> SequentialT<T>::forward(const TensorT<T>& x) {
+  TensorT<T> h = x;
+  for (auto& l : layers_) h = l->forward(h);
+  return h;
+}
+
+template <class T>
+std::vector<TensorT<T>> SequentialT<T>::parameters() const {
+  std::vector<TensorT<T>> ps;
+  for (const auto& l : layers_)
+    for (auto& p : l->parameters()) ps.push_back(p);
+  return ps;
+}
+
+template <class T>
+void SequentialT<T>::set_training(bool on) {
+  this->training_ = on;
+  for (auto& l : layers_) l->set_training(on);
+}
+
+namespace {
+/// Rows of a (B, ...) array.
+template <class V>
+ArrayT<V> take_rows(const ArrayT<V>& a, const std::vector<std::size_t>& rows) {
+  if (a.size() == 0 && a.dimension() <= 1) return a;
+  Shape s = shape_of(a);
+  std::size_t row = s[0] == 0 ? 0 : a.size() / s[0];
+  s[0] = rows.size();
+  ArrayT<V> r = ArrayT<V>::from_shape(s);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] >= a.shape()[0]) throw std::out_of_range("Batch::select: row " + std::to_string(rows[i]) + " out of range");
+    std::copy_n(a.data() + rows[i] * row, row, r.data() + i * row);
+  }
+  return r;
+}
+}  // namespace
+
+template <class T>
+BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& rows) const {
+  BatchT<T> b;
+  b.inputs = take_rows(inputs, rows);
+  b.tokens = take_rows(tokens, rows);
+  for (auto r : rows) {
+    if (r >= labels.size()) throw std::out_of_range("Batch::select: row " + std::to_string(r) + " out of range");
+    b.labels.push_back(labels[r]);
+    if (!lengths.empty()) b.lengths.push_back(lengths[r]);
+  }
+  return b;
+}
+
+template <class T>
+TensorT<T> FeatureModelT<T>::forward(const BatchT<T>& batch) {
+  return net_.forward(TensorT<T>(batch.inputs));
+}
+
+template <class T>
+void FeatureModelT<T>::set_training(bool on) {
+  this->training_ = on;
+  net_.set_training(on);
+}
+
+template class ModuleT<float>;
+template class ModuleT<double>;
+template class SequentialT<float>;
+template class SequentialT<double>;
+template struct BatchT<float>;
+template struct BatchT<double>;
+template class FeatureModelT<float>;
+template class FeatureModelT<double>;
+
+}  // namespace dpgrad

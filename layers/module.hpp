@@ -1,0 +1,101 @@
+// The layer interfaces: a Module owns parameters; a Layer maps a tensor to a
+// tensor; a Model maps a batch (features or token sequences) to logits.
+// Layers compose engine ops and never write a derivative.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.hpp"
+
+namespace dpgrad {
+
+class Rng;
+
+template <class T>
+class ModuleT {
+ public:
+  virtual ~ModuleT() = default;
+  /// Trainable parameters in a fixed order (checkpoints and optimizers rely on it).
+  virtual std::vector<TensorT<T>> parameters() const = 0;
+  /// Training mode (dropout active) or evaluation mode.
+  virtual void set_training(bool on) { training_ = on; }
+  bool training() const { return training_; }
+  std::size_t parameter_count() const;
+
+ protected:
+  bool training_ = true;
+};
+
+template <class T>
+class LayerT : public ModuleT<T> {
+ public:
+  virtual TensorT<T> forward(const TensorT<T>& x) = 0;
+  TensorT<T> operator()(const TensorT<T>& x) { return forward(x); }
+  std::vector<TensorT<T>> parameters() const override { return {}; }
+};
+
+/// Layers applied in order.
+template <class T>
+class SequentialT final : public LayerT<T> {
+ public:
+  SequentialT() = default;
+  SequentialT& add(std::unique_ptr<LayerT<T>> layer);
+  template <class L, class... Args>
+  SequentialT& emplace(Args&&... args) {
+    return add(std::make_unique<L>(std::forward<Args>(args)...));
+  }
+  TensorT<T> forward(const TensorT<T>& x) override;
+  std::vector<TensorT<T>> parameters() const override;
+  void set_training(bool on) override;
+  std::size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<LayerT<T>>> layers_;
+};
+
+/// A batch of examples: dense features or padded token sequences, with labels.
+template <class T>
+struct BatchT {
+  ArrayT<T> inputs;                    // (B, ...) features; empty for token models
+  ArrayT<std::int32_t> tokens;         // (B, L) token ids padded with 0; empty for feature models
+  std::vector<std::int32_t> lengths;   // (B) true sequence lengths (token models)
+  std::vector<std::int32_t> labels;    // (B)
+  std::size_t size() const { return labels.size(); }
+  /// The examples at `rows`, in that order.
+  BatchT select(const std::vector<std::size_t>& rows) const;
+};
+
+/// A whole network: batch -> logits (B, classes).
+template <class T>
+class ModelT : public ModuleT<T> {
+ public:
+  virtual TensorT<T> forward(const BatchT<T>& batch) = 0;
+  virtual std::string name() const = 0;
+};
+
+/// A model over dense features: a Sequential stack applied to batch.inputs.
+template <class T>
+class FeatureModelT final : public ModelT<T> {
+ public:
+  FeatureModelT(std::string name, SequentialT<T> net) : name_(std::move(name)), net_(std::move(net)) {}
+  TensorT<T> forward(const BatchT<T>& batch) override;
+  std::vector<TensorT<T>> parameters() const override { return net_.parameters(); }
+  void set_training(bool on) override;
+  std::string name() const override { return name_; }
+  SequentialT<T>& net() { return net_; }
+
+ private:
+  std::string name_;
+  SequentialT<T> net_;
+};
+
+using Module = ModuleT<float>;
+using Layer = LayerT<float>;
+using Sequential = SequentialT<float>;
+using Batch = BatchT<float>;
+using Model = ModelT<float>;
+
+}  // namespace dpgrad

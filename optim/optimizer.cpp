@@ -1,0 +1,154 @@
+// SGD, momentum and Adam updates, with argument checks and state for checkpoints.
+#include "optim/optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <xtensor/xmath.hpp>
+
+namespace dpgrad {
+
+namespace {
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+}  // namespace
+
+template <class T>
+OptimizerT<T>::OptimizerT(std::vector<TensorT<T>> params, double lr) : params_(std::move(params)), lr_(lr) {
+  set_lr(lr);
+}
+
+template <class T>
+void OptimizerT<T>::set_lr(double lr) {
+  require(std::isfinite(lr) && lr >= 0, "learning rate must be a finite number >= 0, got " + std::to_string(lr));
+  lr_ = lr;
+}
+
+template <class T>
+void OptimizerT<T>::step(const std::vector<ArrayT<T>>& grads) {
+  require(grads.size() == params_.size(), "optimizer step: " + std::to_string(grads.size()) + " gradients for " +
+                                              std::to_string(params_.size()) + " parameters");
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    require(grads[i].shape() == params_[i].value().shape(),
+            "optimizer step: gradient " + std::to_string(i) + " does not match parameter '" + params_[i].name() + "'");
+  ++t_;
+  for (std::size_t i = 0; i < params_.size(); ++i) update(i, params_[i], grads[i]);
+}
+
+template <class T>
+void OptimizerT<T>::step() {
+  std::vector<ArrayT<T>> g;
+  for (auto& p : params_) g.push_back(p.grad());
+  step(g);
+}
+
+template <class T>
+void OptimizerT<T>::zero_grad() {
+  for (auto& p : params_) p.zero_grad();
+}
+
+template <class T>
+void OptimizerT<T>::load_state(const std::map<std::string, ArrayT<T>>&, long steps) {
+  t_ = steps;
+}
+
+template <class T>
+SgdT<T>::SgdT(std::vector<TensorT<T>> params, double lr, double momentum, double weight_decay)
+    : OptimizerT<T>(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
+  require(momentum >= 0 && momentum < 1, "momentum must be in [0, 1), got " + std::to_string(momentum));
+  require(weight_decay >= 0, "weight decay must be >= 0, got " + std::to_string(weight_decay));
+  if (momentum_ > 0)
+    for (auto& p : this->params_) velocity_.push_back(xt::zeros<T>(p.value().shape()));
+}
+
+template <class T>
+void SgdT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) {
+  ArrayT<T>& w = p.mutable_value();
+  const T lr = T(this->lr_), wd = T(weight_decay_);
+  if (momentum_ > 0) {
+    ArrayT<T>& v = velocity_[i];
+    v = T(momentum_) * v + g + wd * w;
+    w -= lr * v;
+  } else if (wd != T(0)) {
+    w -= lr * (g + wd * w);
+  } else {
+    w -= lr * g;
+  }
+}
+
+template <class T>
+std::map<std::string, ArrayT<T>> SgdT<T>::state() const {
+  std::map<std::string, ArrayT<T>> s;
+  for (std::size_t i = 0; i < velocity_.size(); ++i) s["velocity." + this->params_[i].name()] = velocity_[i];
+  return s;
+}
+
+template <class T>
+void SgdT<T>::load_state(const std::map<std::string, ArrayT<T>>& s, long steps) {
+  this->t_ = steps;
+  for (std::size_t i = 0; i < velocity_.size(); ++i) {
+    auto it = s.find("velocity." + this->params_[i].name());
+    require(it != s.end() && it->second.shape() == velocity_[i].shape(),
+            "optimizer state: missing or misshapen velocity for '" + this->params_[i].name() + "'");
+    velocity_[i] = it->second;
+  }
+}
+
+template <class T>
+AdamT<T>::AdamT(std::vector<TensorT<T>> params, double lr, double beta1, double beta2, double eps, double weight_decay)
+    : OptimizerT<T>(std::move(params), lr), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {
+  require(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "Adam betas must be in [0, 1)");
+  require(eps > 0, "Adam eps must be > 0");
+  require(weight_decay >= 0, "weight decay must be >= 0");
+  for (auto& p : this->params_) {
+    m_.push_back(xt::zeros<T>(p.value().shape()));
+    v_.push_back(xt::zeros<T>(p.value().shape()));
+  }
+}
+
+template <class T>
+void AdamT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g0) {
+  ArrayT<T>& w = p.mutable_value();
+  const T b1 = T(beta1_), b2 = T(beta2_);
+  ArrayT<T> g = weight_decay_ > 0 ? ArrayT<T>(g0 + T(weight_decay_) * w) : g0;
+  m_[i] = b1 * m_[i] + (T(1) - b1) * g;
+  v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
+  const double c1 = 1 - std::pow(beta1_, double(this->t_));
+  const double c2 = 1 - std::pow(beta2_, double(this->t_));
+  const T step = T(this->lr_ / c1);
+  const T scale2 = T(1.0 / std::sqrt(c2));
+  w -= step * m_[i] / (xt::sqrt(v_[i]) * scale2 + T(eps_));
+}
+
+template <class T>
+std::map<std::string, ArrayT<T>> AdamT<T>::state() const {
+  std::map<std::string, ArrayT<T>> s;
+  for (std::size_t i = 0; i < m_.size(); ++i) {
+    s["m." + this->params_[i].name()] = m_[i];
+    s["v." + this->params_[i].name()] = v_[i];
+  }
+  return s;
+}
+
+template <class T>
+void AdamT<T>::load_state(const std::map<std::string, ArrayT<T>>& s, long steps) {
+  this->t_ = steps;
+  for (std::size_t i = 0; i < m_.size(); ++i) {
+    const std::string& n = this->params_[i].name();
+    auto a = s.find("m." + n), b = s.find("v." + n);
+    require(a != s.end() && b != s.end() && a->second.shape() == m_[i].shape() && b->second.shape() == v_[i].shape(),
+            "optimizer state: missing or misshapen Adam moments for '" + n + "'");
+    m_[i] = a->second;
+    v_[i] = b->second;
+  }
+}
+
+template class OptimizerT<float>;
+template class OptimizerT<double>;
+template class SgdT<float>;
+template class SgdT<double>;
+template class AdamT<float>;
+template class AdamT<double>;
+
+}  // namespace dpgrad

@@ -1,0 +1,78 @@
+// Base optimizers: SGD, SGD with momentum, Adam. They take the gradient as an
+// argument so that a DP optimizer can hand them the noised, clipped sum; the
+// privacy of the update does not depend on what they do with it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.hpp"
+
+namespace dpgrad {
+
+template <class T>
+class OptimizerT {
+ public:
+  OptimizerT(std::vector<TensorT<T>> params, double lr);
+  virtual ~OptimizerT() = default;
+  virtual std::string name() const = 0;
+
+  /// One update with `grads` (one per parameter, same shapes).
+  void step(const std::vector<ArrayT<T>>& grads);
+  /// One update with the parameters' accumulated gradients.
+  void step();
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  long steps() const { return t_; }
+  const std::vector<TensorT<T>>& params() const { return params_; }
+
+  /// Everything a checkpoint needs to resume: named buffers and the step count.
+  virtual std::map<std::string, ArrayT<T>> state() const { return {}; }
+  virtual void load_state(const std::map<std::string, ArrayT<T>>& s, long steps);
+
+ protected:
+  virtual void update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) = 0;
+  std::vector<TensorT<T>> params_;
+  double lr_;
+  long t_ = 0;
+};
+
+/// p -= lr * (g + wd p), or with momentum mu: v = mu v + (g + wd p); p -= lr v.
+template <class T>
+class SgdT final : public OptimizerT<T> {
+ public:
+  SgdT(std::vector<TensorT<T>> params, double lr, double momentum = 0.0, double weight_decay = 0.0);
+  std::string name() const override { return momentum_ > 0 ? "momentum" : "sgd"; }
+  std::map<std::string, ArrayT<T>> state() const override;
+  void load_state(const std::map<std::string, ArrayT<T>>& s, long steps) override;
+
+ private:
+  void update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) override;
+  double momentum_, weight_decay_;
+  std::vector<ArrayT<T>> velocity_;
+};
+
+/// Adam (Kingma & Ba 2015) with bias correction; weight decay added to g (L2).
+template <class T>
+class AdamT final : public OptimizerT<T> {
+ public:
+  AdamT(std::vector<TensorT<T>> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+        double eps = 1e-8, double weight_decay = 0.0);
+  std::string name() const override { return "adam"; }
+  std::map<std::string, ArrayT<T>> state() const override;
+  void load_state(const std::map<std::string, ArrayT<T>>& s, long steps) override;
+
+ private:
+  void update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) override;
+  double beta1_, beta2_, eps_, weight_decay_;
+  std::vector<ArrayT<T>> m_, v_;
+};
+
+using Optimizer = OptimizerT<float>;
+using Sgd = SgdT<float>;
+using Adam = AdamT<float>;
+
+}  // namespace dpgrad
