@@ -1,1 +1,296 @@
-// placeholder
+// Generators and samplers behind engine/random.hpp: xoshiro256** (Blackman &
+// Vigna, seeded through splitmix64) for repeatable experiments, libsodium's
+// ChaCha20 keystream for privacy noise, and the distributions DP training draws
+// from (normal, Laplace, gamma, chi-squared), written once on top of next_u64().
+#include "engine/random.hpp"
+
+#include <sodium.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace dpgrad {
+
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+
+std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/// splitmix64 (Steele, Lea & Flood): one step, advancing x.
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+/// Parses exactly 1..16 hex digits; anything else is an error.
+bool parse_hex64(const std::string& s, std::uint64_t& out) {
+  if (s.empty() || s.size() > 16) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return false;
+    v = (v << 4) | static_cast<std::uint64_t>(d);
+  }
+  out = v;
+  return true;
+}
+
+void ensure_sodium() {
+  // sodium_init() returns 0 on first success, 1 if already initialised, -1 on failure.
+  static const int status = sodium_init();
+  if (status < 0) throw std::runtime_error("SecureRng: sodium_init() failed; libsodium is unusable");
+}
+
+void require_finite_positive(double v, const char* what, const char* name) {
+  if (!(std::isfinite(v) && v > 0.0))
+    throw std::invalid_argument(std::string("Rng::") + what + ": " + name +
+                                " must be finite and > 0, got " + std::to_string(v));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- distributions
+
+double Rng::uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
+
+double Rng::uniform_open() {
+  // (k + 1/2) / 2^52 for a 52-bit k: never 0, never 1.
+  return (static_cast<double>(next_u64() >> 12) + 0.5) * 0x1.0p-52;
+}
+
+std::uint64_t Rng::below(std::uint64_t n) {
+  if (n == 0) throw std::invalid_argument("Rng::below: n must be >= 1, got 0");
+  // Reject the lowest 2^64 mod n words so that what is left is a multiple of n.
+  const std::uint64_t threshold = (0 - n) % n;
+  for (;;) {
+    const std::uint64_t r = next_u64();
+    if (r >= threshold) return r % n;
+  }
+}
+
+bool Rng::bernoulli(double p) {
+  if (!(p >= 0.0 && p <= 1.0))
+    throw std::invalid_argument("Rng::bernoulli: p must be in [0, 1], got " + std::to_string(p));
+  return uniform() < p;
+}
+
+double Rng::normal() {
+  // Box-Muller: r = sqrt(-2 ln u1), angle 2 pi u2 gives two independent normals.
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const double r = std::sqrt(-2.0 * std::log(uniform_open()));
+  const double theta = kTwoPi * uniform();
+  spare_ = r * std::sin(theta);
+  has_spare_ = true;
+  return r * std::cos(theta);
+}
+
+double Rng::laplace(double scale) {
+  require_finite_positive(scale, "laplace", "scale");
+  // Inverse CDF: u uniform on (-1/2, 1/2), x = -scale sign(u) ln(1 - 2|u|).
+  const double u = uniform_open() - 0.5;
+  const double mag = -scale * std::log1p(-2.0 * std::fabs(u));
+  return u < 0.0 ? -mag : mag;
+}
+
+double Rng::gamma(double shape, double scale) {
+  require_finite_positive(shape, "gamma", "shape");
+  require_finite_positive(scale, "gamma", "scale");
+  // Marsaglia & Tsang (2000), "A simple method for generating gamma variables";
+  // for shape < 1: Gamma(a) = Gamma(a + 1) * U^(1/a).
+  if (shape < 1.0) {
+    const double boost = std::pow(uniform_open(), 1.0 / shape);
+    return gamma(shape + 1.0, scale) * boost;
+  }
+  const double d = shape - 1.0 / 3.0;
+  const double c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    const double x = normal();
+    double v = 1.0 + c * x;
+    if (v <= 0.0) continue;
+    v = v * v * v;
+    const double u = uniform_open();
+    const double x2 = x * x;
+    if (u < 1.0 - 0.0331 * x2 * x2) return d * v * scale;
+    if (std::log(u) < 0.5 * x2 + d * (1.0 - v + std::log(v))) return d * v * scale;
+  }
+}
+
+double Rng::chi_squared(double k) {
+  require_finite_positive(k, "chi_squared", "degrees of freedom k");
+  return gamma(0.5 * k, 2.0);
+}
+
+namespace {
+template <class T>
+void fill_normal_impl(Rng& rng, T* out, std::size_t n, double stddev) {
+  if (!(std::isfinite(stddev) && stddev >= 0.0))
+    throw std::invalid_argument("Rng::fill_normal: stddev must be finite and >= 0, got " +
+                                std::to_string(stddev));
+  if (n > 0 && out == nullptr) throw std::invalid_argument("Rng::fill_normal: null output buffer");
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(stddev * rng.normal());
+}
+}  // namespace
+
+void Rng::fill_normal(float* out, std::size_t n, double stddev) {
+  fill_normal_impl(*this, out, n, stddev);
+}
+
+void Rng::fill_normal(double* out, std::size_t n, double stddev) {
+  fill_normal_impl(*this, out, n, stddev);
+}
+
+// ---------------------------------------------------------------- FastRng
+
+FastRng::FastRng(std::uint64_t seed) : seed_(seed) {
+  std::uint64_t x = seed;
+  for (auto& w : s_) w = splitmix64(x);
+  // splitmix64 is a bijection on its counter, so four consecutive outputs are never all zero.
+}
+
+std::uint64_t FastRng::next_u64() {
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+std::string FastRng::describe() const {
+  return "fast (xoshiro256**, seed " + std::to_string(seed_) + "): not for production noise";
+}
+
+// Format: "xoshiro256** <seed> <s0> <s1> <s2> <s3> <spare>", words in hex, spare is
+// the bit pattern of the cached Box-Muller normal or "-" when there is none.
+std::string FastRng::state() const {
+  std::string out = "xoshiro256** ";
+  out.append(hex64(seed_));
+  for (auto w : s_) out.append(" ").append(hex64(w));
+  if (has_spare_) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &spare_, sizeof(bits));
+    out.append(" ").append(hex64(bits));
+  } else {
+    out.append(" -");
+  }
+  return out;
+}
+
+void FastRng::set_state(const std::string& s) {
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument("FastRng::set_state: " + why + " (state \"" +
+                                s.substr(0, 200) + "\")");
+  };
+  std::istringstream in(s);
+  std::vector<std::string> tok;
+  for (std::string t; in >> t;) tok.push_back(t);
+  if (tok.size() != 7) fail("expected 7 fields, got " + std::to_string(tok.size()));
+  if (tok[0] != "xoshiro256**") fail("not a xoshiro256** state");
+  std::uint64_t seed, w[4];
+  if (!parse_hex64(tok[1], seed)) fail("bad seed field '" + tok[1] + "'");
+  for (int i = 0; i < 4; ++i)
+    if (!parse_hex64(tok[2 + i], w[i])) fail("bad state word '" + tok[2 + i] + "'");
+  if ((w[0] | w[1] | w[2] | w[3]) == 0) fail("all-zero state (xoshiro would only output 0)");
+  bool has_spare = false;
+  double spare = 0.0;
+  if (tok[6] != "-") {
+    std::uint64_t bits;
+    if (!parse_hex64(tok[6], bits)) fail("bad spare field '" + tok[6] + "'");
+    std::memcpy(&spare, &bits, sizeof(spare));
+    if (!std::isfinite(spare)) fail("spare normal is not finite");
+    has_spare = true;
+  }
+  seed_ = seed;
+  for (int i = 0; i < 4; ++i) s_[i] = w[i];
+  has_spare_ = has_spare;
+  spare_ = spare;
+}
+
+// ---------------------------------------------------------------- SecureRng
+
+SecureRng::SecureRng() {
+  ensure_sodium();
+  rekey();
+}
+
+SecureRng::~SecureRng() {
+  sodium_memzero(key_, sizeof(key_));
+  sodium_memzero(buf_, sizeof(buf_));
+  sodium_memzero(&spare_, sizeof(spare_));
+}
+
+void SecureRng::rekey() {
+  randombytes_buf(key_, sizeof(key_));
+  nonce_ = 0;
+  sodium_memzero(buf_, sizeof(buf_));
+  pos_ = sizeof(buf_);
+  has_spare_ = false;
+  spare_ = 0.0;
+}
+
+void SecureRng::refill() {
+  // A fresh 8-byte nonce (a counter, little-endian) per buffer: never reused under one key.
+  unsigned char nonce[crypto_stream_chacha20_NONCEBYTES];
+  static_assert(sizeof(nonce) == 8, "crypto_stream_chacha20 takes an 8-byte nonce");
+  std::uint64_t n = nonce_++;
+  for (auto& b : nonce) {
+    b = static_cast<unsigned char>(n & 0xff);
+    n >>= 8;
+  }
+  if (nonce_ == 0) rekey();  // 2^64 refills: unreachable in practice, but never reuse a nonce
+  crypto_stream_chacha20(buf_, sizeof(buf_), nonce, key_);
+  pos_ = 0;
+}
+
+std::uint64_t SecureRng::next_u64() {
+  if (pos_ + sizeof(std::uint64_t) > sizeof(buf_)) refill();
+  std::uint64_t v;
+  std::memcpy(&v, buf_ + pos_, sizeof(v));
+  sodium_memzero(buf_ + pos_, sizeof(v));  // used keystream does not linger in memory
+  pos_ += sizeof(v);
+  return v;
+}
+
+std::string SecureRng::describe() const { return "secure (ChaCha20 via libsodium, OS entropy)"; }
+
+void SecureRng::set_state(const std::string& s) {
+  if (!s.empty())
+    throw std::invalid_argument(
+        "SecureRng::set_state: the secure generator has no restorable state (expected \"\", got \"" +
+        s.substr(0, 200) + "\"); it re-keys from OS entropy instead");
+  rekey();
+}
+
+// ---------------------------------------------------------------- factory
+
+std::unique_ptr<Rng> make_rng(bool secure, std::uint64_t seed) {
+  if (secure) return std::make_unique<SecureRng>();
+  return std::make_unique<FastRng>(seed);
+}
+
+}  // namespace dpgrad

@@ -61,6 +61,9 @@ class SecureRng final : public Rng {
  public:
   SecureRng();
   ~SecureRng() override;
+  // A copy would replay the same keystream (correlated noise): not copyable.
+  SecureRng(const SecureRng&) = delete;
+  SecureRng& operator=(const SecureRng&) = delete;
   std::uint64_t next_u64() override;
   bool secure() const override { return true; }
   std::string describe() const override;

@@ -1,1 +1,324 @@
-// placeholder
+// IDX reader and writer on zlib's gz* interface (which reads plain files as-is).
+// Headers are validated before any data is read, and data are read in bounded
+// chunks, so a corrupt header can neither crash nor trigger a huge allocation.
+#include "examples/data/idx.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+namespace dpgrad::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::uint32_t kImagesMagic = 0x00000803;
+constexpr std::uint32_t kLabelsMagic = 0x00000801;
+constexpr std::size_t kChunk = std::size_t{1} << 20;
+// The largest payload we accept (64 GiB): anything bigger is a corrupt header.
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 36;
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw DataError(path + ": " + what);
+}
+
+/// Owns a gzFile; reads exactly or reports what went wrong.
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path) {
+    std::error_code ec;
+    const auto st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) fail(path, "no such file");
+    if (fs::is_directory(st)) fail(path, "is a directory, not an IDX file");
+    f_ = gzopen(path.c_str(), "rb");
+    if (f_ == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    gzbuffer(f_, 1 << 17);
+  }
+  ~GzReader() {
+    if (f_) gzclose(f_);
+  }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+
+  /// Reads up to n bytes into out; returns the count. Throws on a zlib error
+  /// (corrupt or truncated gzip stream).
+  std::size_t read_some(unsigned char* out, std::size_t n) {
+    std::size_t got = 0;
+    while (got < n) {
+      const unsigned want = static_cast<unsigned>(std::min(n - got, kChunk));
+      const int r = gzread(f_, out + got, want);
+      if (r < 0) check_error();
+      got += static_cast<std::size_t>(r);
+      if (static_cast<unsigned>(r) < want) {
+        check_error();  // a short read: plain EOF, or a gzip stream cut short
+        break;
+      }
+    }
+    return got;
+  }
+
+  /// Counts (and discards) the bytes left in the file.
+  std::uint64_t count_rest() {
+    std::vector<unsigned char> buf(1 << 16);
+    std::uint64_t n = 0;
+    for (;;) {
+      const std::size_t r = read_some(buf.data(), buf.size());
+      n += r;
+      if (r < buf.size()) return n;
+    }
+  }
+
+ private:
+  void check_error() {
+    int err = Z_OK;
+    const char* msg = gzerror(f_, &err);
+    if (err == Z_OK || err == Z_STREAM_END) return;
+    if (err == Z_BUF_ERROR) fail(path_, "truncated gzip stream (unexpected end of compressed data)");
+    if (err == Z_ERRNO) fail(path_, std::string("read error: ") + std::strerror(errno));
+    std::string m = msg ? msg : "unknown zlib error";
+    if (m.rfind(path_ + ": ", 0) == 0) m.erase(0, path_.size() + 2);  // gzerror prefixes the path
+    fail(path_, "corrupt gzip data: " + m);
+  }
+
+  std::string path_;
+  gzFile f_ = nullptr;
+};
+
+std::uint32_t big_endian32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+/// Reads and checks the header; returns the dimensions.
+std::vector<std::uint32_t> read_header(GzReader& in, const std::string& path, std::uint32_t magic,
+                                       const char* kind) {
+  unsigned char head[4];
+  const std::size_t got = in.read_some(head, 4);
+  if (got == 0) fail(path, "empty file (no IDX header)");
+  if (got < 4) fail(path, "truncated: " + std::to_string(got) + " bytes, too short for an IDX header");
+  const std::uint32_t found = big_endian32(head);
+  const unsigned want_dims = magic & 0xff;
+  if (head[0] != 0 || head[1] != 0)
+    fail(path, "not an IDX file: bad magic " + hex32(found) + " (expected " + hex32(magic) + " for " +
+                   kind + ")");
+  if (head[2] != 0x08)
+    fail(path, "IDX element type 0x" + hex32(head[2]).substr(8) + " is not unsigned byte (0x08)");
+  if (head[3] != want_dims) {
+    std::string hint;
+    if (head[3] == 1) hint = "; this looks like a labels file";
+    if (head[3] == 3) hint = "; this looks like an images file";
+    fail(path, "expected " + std::to_string(want_dims) + " dimension(s) for " + kind +
+                   " (magic " + hex32(magic) + "), header says " + std::to_string(head[3]) +
+                   " (magic " + hex32(found) + ")" + hint);
+  }
+  std::vector<std::uint32_t> dims(want_dims);
+  for (unsigned d = 0; d < want_dims; ++d) {
+    unsigned char b[4];
+    if (in.read_some(b, 4) < 4) fail(path, "truncated: header ends inside the dimension sizes");
+    dims[d] = big_endian32(b);
+  }
+  return dims;
+}
+
+/// Reads exactly `bytes` payload bytes (in chunks, growing as data arrive), then
+/// requires end of file.
+std::vector<std::uint8_t> read_payload(GzReader& in, const std::string& path, std::uint64_t bytes,
+                                       const std::string& what) {
+  std::vector<std::uint8_t> data;
+  data.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 64u << 20)));
+  while (data.size() < bytes) {
+    const std::size_t old = data.size();
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - old, kChunk));
+    data.resize(old + want);
+    const std::size_t got = in.read_some(data.data() + old, want);
+    if (got < want) {
+      fail(path, "truncated: expected " + std::to_string(bytes) + " " + what + " bytes, got " +
+                     std::to_string(old + got));
+    }
+  }
+  const std::uint64_t extra = in.count_rest();
+  if (extra > 0)
+    fail(path, "trailing data: " + std::to_string(extra) + " bytes after the " + std::to_string(bytes) +
+                   " " + what + " bytes the header announces");
+  return data;
+}
+
+std::string with_gz_if_present(const std::string& dir, const std::string& name) {
+  const fs::path gz = fs::path(dir) / (name + ".gz");
+  const fs::path plain = fs::path(dir) / name;
+  std::error_code ec;
+  if (fs::exists(gz, ec)) return gz.string();
+  if (fs::exists(plain, ec)) return plain.string();
+  return gz.string();
+}
+
+/// Writes through gzopen: "wb" compresses, "wbT" writes a plain file.
+class GzWriter {
+ public:
+  GzWriter(const std::string& path, bool gzip) : path_(path) {
+    f_ = gzopen(path.c_str(), gzip ? "wb" : "wbT");
+    if (f_ == nullptr) fail(path, std::string("cannot create: ") + std::strerror(errno));
+  }
+  ~GzWriter() {
+    if (f_) gzclose(f_);
+  }
+  GzWriter(const GzWriter&) = delete;
+  GzWriter& operator=(const GzWriter&) = delete;
+
+  void write(const void* p, std::size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    while (n > 0) {
+      const unsigned k = static_cast<unsigned>(std::min(n, kChunk));
+      if (gzwrite(f_, c, k) != static_cast<int>(k)) fail(path_, "write failed");
+      c += k;
+      n -= k;
+    }
+  }
+  void write_be32(std::uint32_t v) {
+    const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                                static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+    write(b, 4);
+  }
+  void close() {
+    const int r = gzclose(f_);
+    f_ = nullptr;
+    if (r != Z_OK) fail(path_, "closing failed (disk full?)");
+  }
+
+ private:
+  std::string path_;
+  gzFile f_ = nullptr;
+};
+
+std::uint32_t checked_dim(std::size_t n, const char* what) {
+  if (n > std::numeric_limits<std::uint32_t>::max())
+    throw std::invalid_argument(std::string("write_idx: ") + what + " does not fit in 32 bits");
+  return static_cast<std::uint32_t>(n);
+}
+
+}  // namespace
+
+IdxImages read_idx_images(const std::string& path) {
+  GzReader in(path);
+  const auto dims = read_header(in, path, kImagesMagic, "images");
+  const std::uint64_t n = dims[0], rows = dims[1], cols = dims[2];
+  if (n == 0) fail(path, "empty dataset: the header says 0 images");
+  if (rows == 0 || cols == 0)
+    fail(path, "bad image size " + std::to_string(rows) + " x " + std::to_string(cols));
+  if (rows * cols > kMaxBytes / n)
+    fail(path, "implausible header: " + std::to_string(n) + " images of " + std::to_string(rows) + " x " +
+                   std::to_string(cols) + " would be more than 64 GiB");
+  IdxImages out;
+  out.count = static_cast<std::size_t>(n);
+  out.rows = static_cast<std::size_t>(rows);
+  out.cols = static_cast<std::size_t>(cols);
+  out.pixels = read_payload(in, path, n * rows * cols, "image");
+  return out;
+}
+
+std::vector<std::uint8_t> read_idx_labels(const std::string& path) {
+  GzReader in(path);
+  const auto dims = read_header(in, path, kLabelsMagic, "labels");
+  if (dims[0] == 0) fail(path, "empty dataset: the header says 0 labels");
+  return read_payload(in, path, dims[0], "label");
+}
+
+ImageDataset load_idx(const std::string& images_path, const std::string& labels_path,
+                      std::size_t classes) {
+  if (classes == 0 || classes > 256)
+    throw std::invalid_argument("load_idx: classes must be in [1, 256], got " + std::to_string(classes));
+  // Labels first: small, and their errors are cheap to find.
+  const auto labels = read_idx_labels(labels_path);
+  const IdxImages raw = read_idx_images(images_path);
+  if (raw.count != labels.size())
+    throw DataError(images_path + " has " + std::to_string(raw.count) + " images but " + labels_path +
+                    " has " + std::to_string(labels.size()) + " labels");
+  ImageDataset ds;
+  ds.classes = classes;
+  ds.labels.resize(labels.size());
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= classes)
+      fail(labels_path, "label " + std::to_string(labels[i]) + " at index " + std::to_string(i) +
+                            " is out of range [0, " + std::to_string(classes) + ")");
+    ds.labels[i] = labels[i];
+  }
+  ds.images = xt::empty<float>(Shape{raw.count, 1, raw.rows, raw.cols});
+  float* dst = ds.images.data();
+  const std::uint8_t* src = raw.pixels.data();
+  for (std::size_t i = 0, n = raw.pixels.size(); i < n; ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
+  return ds;
+}
+
+IdxPaths idx_dir_paths(const std::string& dir) {
+  return {with_gz_if_present(dir, "train-images-idx3-ubyte"),
+          with_gz_if_present(dir, "train-labels-idx1-ubyte"),
+          with_gz_if_present(dir, "t10k-images-idx3-ubyte"),
+          with_gz_if_present(dir, "t10k-labels-idx1-ubyte")};
+}
+
+std::string fashion_mnist_dir() {
+  const char* env = std::getenv("DPGRAD_FASHION_MNIST");
+  if (env != nullptr && env[0] != '\0') return env;
+  return "/usr/share/datasets/fashion-mnist";
+}
+
+IdxPaths fashion_mnist_paths() { return idx_dir_paths(fashion_mnist_dir()); }
+
+ImageDataset load_fashion_mnist(bool train) {
+  const std::string dir = fashion_mnist_dir();
+  const IdxPaths p = idx_dir_paths(dir);
+  const std::string& images = train ? p.train_images : p.test_images;
+  const std::string& labels = train ? p.train_labels : p.test_labels;
+  for (const auto* path : {&images, &labels}) {
+    std::error_code ec;
+    if (!fs::exists(*path, ec)) {
+      const char* env = std::getenv("DPGRAD_FASHION_MNIST");
+      const bool custom = env != nullptr && env[0] != '\0';
+      throw DataError(*path + ": no such file; Fashion-MNIST not found in " + dir +
+                      (custom ? " (from DPGRAD_FASHION_MNIST)" : "") +
+                      "; install it with: apt-get install dataset-fashion-mnist");
+    }
+  }
+  return load_idx(images, labels, 10);
+}
+
+void write_idx_images(const std::string& path, const ArrayT<std::uint8_t>& images, bool gzip) {
+  if (images.dimension() != 3)
+    throw std::invalid_argument("write_idx_images: images must be (N, R, C), got rank " +
+                                std::to_string(images.dimension()));
+  const std::uint32_t n = checked_dim(images.shape()[0], "N");
+  const std::uint32_t r = checked_dim(images.shape()[1], "R");
+  const std::uint32_t c = checked_dim(images.shape()[2], "C");
+  GzWriter out(path, gzip);
+  out.write_be32(kImagesMagic);
+  out.write_be32(n);
+  out.write_be32(r);
+  out.write_be32(c);
+  // xarray is row-major: its buffer is the IDX pixel order.
+  out.write(images.data(), images.size());
+  out.close();
+}
+
+void write_idx_labels(const std::string& path, const std::vector<std::uint8_t>& labels, bool gzip) {
+  const std::uint32_t n = checked_dim(labels.size(), "N");
+  GzWriter out(path, gzip);
+  out.write_be32(kLabelsMagic);
+  out.write_be32(n);
+  out.write(labels.data(), labels.size());
+  out.close();
+}
+
+}  // namespace dpgrad::data

