@@ -46,7 +46,7 @@ namespace {
 /// Rows of a (B, ...) array.
 template <class V>
 ArrayT<V> take_rows(const ArrayT<V>& a, const std::vector<std::size_t>& rows) {
-  if (a.size() == 0 && a.dimension() <= 1) return a;
+  if (a.dimension() == 0) return a;  // absent (a default array is 0-d)
   Shape s = shape_of(a);
   std::size_t row = s[0] == 0 ? 0 : a.size() / s[0];
   s[0] = rows.size();
@@ -68,6 +68,7 @@ BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& rows) const {
     if (r >= labels.size()) throw std::out_of_range("Batch::select: row " + std::to_string(r) + " out of range");
     b.labels.push_back(labels[r]);
     if (!lengths.empty()) b.lengths.push_back(lengths[r]);
+    if (!ids.empty()) b.ids.push_back(ids[r]);
   }
   return b;
 }

@@ -63,6 +63,7 @@ struct BatchT {
   ArrayT<std::int32_t> tokens;         // (B, L) token ids padded with 0; empty for feature models
   std::vector<std::int32_t> lengths;   // (B) true sequence lengths (token models)
   std::vector<std::int32_t> labels;    // (B)
+  std::vector<std::int64_t> ids;       // (B) dataset indices, for rules fixed per example; may be empty
   std::size_t size() const { return labels.size(); }
   /// The examples at `rows`, in that order.
   BatchT select(const std::vector<std::size_t>& rows) const;

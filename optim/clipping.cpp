@@ -1,0 +1,345 @@
+// The clipping strategies of optim/clipping.hpp.
+#include "optim/clipping.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "engine/blas.hpp"
+#include "engine/ops.hpp"
+#include "engine/per_sample.hpp"
+#include "engine/random.hpp"
+#include "engine/tape.hpp"
+
+namespace dpgrad {
+
+template <class T>
+TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch) {
+  return cross_entropy(model.forward(batch), batch.labels);
+}
+
+namespace {
+
+/// c = min(1, C / norm); a non-finite norm means a non-finite loss or gradient.
+double clip_factor(double norm, double clip_norm) {
+  if (!std::isfinite(norm))
+    throw std::runtime_error("non-finite per-sample gradient norm (" + std::to_string(norm) +
+                             "): the loss diverged; lower the learning rate");
+  return norm > clip_norm ? clip_norm / norm : 1.0;
+}
+
+template <class T>
+std::vector<ArrayT<T>> zeros_like_params(const std::vector<TensorT<T>>& ps) {
+  std::vector<ArrayT<T>> r;
+  for (const auto& p : ps) r.push_back(xt::zeros<T>(p.value().shape()));
+  return r;
+}
+
+template <class T>
+void zero_grads(const std::vector<TensorT<T>>& ps) {
+  for (auto p : ps) p.zero_grad();
+}
+
+template <class T>
+double loss_total(const TensorT<T>& losses) {
+  double s = 0;
+  for (auto v : losses.value()) s += double(v);
+  if (!std::isfinite(s)) throw std::runtime_error("non-finite loss (" + std::to_string(s) + "): lower the learning rate");
+  return s;
+}
+
+/// Backward of the summed losses with every parameter use recorded and no summed
+/// parameter gradients; refuses models whose parameters the rules do not cover.
+template <class T>
+double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps) {
+  zero_grads(ps);
+  tape.record_uses(true, false);
+  RecordScope<T> scope(tape);
+  TensorT<T> losses = per_sample_losses(model, batch);
+  double total = loss_total(losses);
+  tape.backward(sum(losses));
+  for (const auto& p : ps)
+    if (p.has_grad())
+      throw std::invalid_argument("parameter '" + p.name() +
+                                  "' is used by an op without a per-sample rule; use the naive or jl:K strategy");
+  return total;
+}
+
+template <class T>
+std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std::vector<TensorT<T>>& ps) {
+  std::unordered_map<const Node<T>*, const ParamUses<T>*> m;
+  for (const auto& g : tape.uses()) m[g.param.get()] = &g;
+  std::vector<const ParamUses<T>*> r;
+  for (const auto& p : ps) {
+    auto it = m.find(p.node());
+    r.push_back(it == m.end() ? nullptr : it->second);
+  }
+  return r;
+}
+
+template <class T>
+ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, ClipResult<T>& res) {
+  ArrayT<T> c = ArrayT<T>::from_shape(norms_sq.shape());
+  res.norms = ArrayT<T>::from_shape(norms_sq.shape());
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    double n = std::sqrt(std::max(0.0, double(norms_sq(i))));
+    res.norms(i) = T(n);
+    c(i) = T(clip_factor(n, clip_norm));
+    if (c(i) < T(1)) ++res.clipped;
+  }
+  return c;
+}
+
+template <class T>
+class NoneStrategy final : public ClipStrategyT<T> {
+ public:
+  std::string name() const override { return "none"; }
+  bool is_private() const override { return false; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double, Rng&) override {
+    auto ps = model.parameters();
+    ClipResult<T> res;
+    zero_grads(ps);
+    if (batch.size() > 0) {
+      TapeT<T> tape;
+      RecordScope<T> scope(tape);
+      TensorT<T> losses = per_sample_losses(model, batch);
+      res.loss_sum = loss_total(losses);
+      tape.backward(sum(losses));
+    }
+    for (auto& p : ps) res.sum.push_back(p.grad());
+    zero_grads(ps);
+    return res;
+  }
+};
+
+template <class T>
+class NaiveStrategy final : public ClipStrategyT<T> {
+ public:
+  std::string name() const override { return "naive"; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
+    auto ps = model.parameters();
+    ClipResult<T> res;
+    res.sum = zeros_like_params(ps);
+    res.norms = ArrayT<T>::from_shape({batch.size()});
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      BatchT<T> one = batch.select({i});
+      zero_grads(ps);
+      TapeT<T> tape;
+      RecordScope<T> scope(tape);
+      TensorT<T> loss = per_sample_losses(model, one);
+      res.loss_sum += loss_total(loss);
+      tape.backward(sum(loss));
+      double sq = 0;
+      for (auto& p : ps) sq += double(xt::sum(p.grad() * p.grad())());
+      double n = std::sqrt(sq);
+      res.norms(i) = T(n);
+      T c = T(clip_factor(n, clip_norm));
+      if (c < T(1)) ++res.clipped;
+      for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
+    }
+    zero_grads(ps);
+    return res;
+  }
+};
+
+template <class T>
+class VanillaStrategy final : public ClipStrategyT<T> {
+ public:
+  std::string name() const override { return "vanilla"; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
+    auto ps = model.parameters();
+    ClipResult<T> res;
+    std::size_t b = batch.size();
+    if (b == 0) {
+      res.sum = zeros_like_params(ps);
+      res.norms = ArrayT<T>::from_shape({0});
+      return res;
+    }
+    TapeT<T> tape;
+    res.loss_sum = record_uses(tape, model, batch, ps);
+    auto groups = groups_by_param(tape, ps);
+    std::vector<ArrayT<T>> per_sample;  // (B, ...param shape)
+    ArrayT<T> norms_sq = xt::zeros<T>({b});
+    for (std::size_t j = 0; j < ps.size(); ++j) {
+      if (!groups[j]) {
+        per_sample.emplace_back();
+        continue;
+      }
+      per_sample.push_back(per_sample_gradients(*groups[j], b));
+      std::size_t n = ps[j].size();
+      const T* g = per_sample.back().data();
+      for (std::size_t i = 0; i < b; ++i) {
+        T s = 0;
+        for (std::size_t k = 0; k < n; ++k) s += g[i * n + k] * g[i * n + k];
+        norms_sq(i) += s;
+      }
+    }
+    ArrayT<T> c = factors(norms_sq, clip_norm, res);
+    for (std::size_t j = 0; j < ps.size(); ++j) {
+      ArrayT<T> s = xt::zeros<T>(ps[j].value().shape());
+      if (groups[j])  // (1, B) x (B, n): c^T G
+        blas::gemm<T>(false, false, 1, ps[j].size(), b, T(1), c.data(), per_sample[j].data(), T(0), s.data());
+      res.sum.push_back(std::move(s));
+    }
+    return res;
+  }
+};
+
+template <class T>
+class GhostStrategy final : public ClipStrategyT<T> {
+ public:
+  std::string name() const override { return "ghost"; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
+    auto ps = model.parameters();
+    ClipResult<T> res;
+    std::size_t b = batch.size();
+    if (b == 0) {
+      res.sum = zeros_like_params(ps);
+      res.norms = ArrayT<T>::from_shape({0});
+      return res;
+    }
+    TapeT<T> tape;
+    res.loss_sum = record_uses(tape, model, batch, ps);
+    auto groups = groups_by_param(tape, ps);
+    ArrayT<T> norms_sq = xt::zeros<T>({b});
+    for (const auto* g : groups)
+      if (g) norms_sq += per_sample_norms_squared(*g, b);
+    ArrayT<T> c = factors(norms_sq, clip_norm, res);
+    for (std::size_t j = 0; j < ps.size(); ++j)
+      res.sum.push_back(groups[j] ? weighted_gradient_sum(*groups[j], c) : ArrayT<T>(xt::zeros<T>(ps[j].value().shape())));
+    return res;
+  }
+};
+
+/// Bu et al. 2021, Algorithm 1: K Gaussian directions over all parameters, the
+/// K jvps of the per-sample losses in one forward pass, M_i = sqrt(mean_j P_ij^2).
+template <class T>
+class JlStrategy final : public ClipStrategyT<T> {
+ public:
+  explicit JlStrategy(int k) : k_(k) {}
+  std::string name() const override { return "jl:" + std::to_string(k_); }
+  int jl_dim() const override { return k_; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
+    auto ps = model.parameters();
+    ClipResult<T> res;
+    std::size_t b = batch.size();
+    if (b == 0) {
+      res.sum = zeros_like_params(ps);
+      res.norms = ArrayT<T>::from_shape({0});
+      return res;
+    }
+    zero_grads(ps);
+    for (auto& p : ps) {
+      Shape s{std::size_t(k_)};
+      for (auto d : p.value().shape()) s.push_back(d);
+      ArrayT<T> v = ArrayT<T>::from_shape(s);
+      rng.fill_normal(v.data(), v.size(), 1.0);
+      p.set_tangent(std::move(v));
+    }
+    struct Clear {  // tangents never outlive the step, whatever happens
+      std::vector<TensorT<T>>& ps;
+      ~Clear() {
+        for (auto& p : ps) p.clear_tangent();
+      }
+    } clear{ps};
+    TapeT<T> tape;
+    RecordScope<T> scope(tape);
+    TensorT<T> losses = per_sample_losses(model, batch);
+    res.loss_sum = loss_total(losses);
+    const ArrayT<T>& proj = losses.tangent();  // (K, B): P_ji = <g_i, v_j>
+    ArrayT<T> norms_sq = xt::zeros<T>({b});
+    for (int j = 0; j < k_; ++j)
+      for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
+    ArrayT<T> c = factors(norms_sq, clip_norm, res);
+    tape.backward(losses, c);  // one backward of sum_i c_i loss_i
+    for (auto& p : ps) res.sum.push_back(p.grad());
+    zero_grads(ps);
+    return res;
+  }
+
+ private:
+  int k_;
+};
+
+/// TF Privacy's microbatches, with examples assigned by id mod the number of
+/// microbatches so that one example moves one microbatch (MATH.md section 1).
+template <class T>
+class MicrobatchStrategy final : public ClipStrategyT<T> {
+ public:
+  MicrobatchStrategy(int m, double expected_batch)
+      : m_(m), count_(std::max<std::size_t>(1, std::size_t(std::ceil(expected_batch / m)))) {}
+  std::string name() const override { return "microbatch:" + std::to_string(m_); }
+  double sensitivity() const override { return 2.0; }
+  double normaliser(double) const override { return double(count_); }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
+    auto ps = model.parameters();
+    ClipResult<T> res;
+    res.sum = zeros_like_params(ps);
+    if (batch.size() > 0 && batch.ids.size() != batch.size())
+      throw std::invalid_argument("microbatch strategy needs the dataset index of every example (Batch::ids)");
+    std::vector<std::vector<std::size_t>> members(count_);
+    for (std::size_t i = 0; i < batch.size(); ++i) members[std::size_t(batch.ids[i]) % count_].push_back(i);
+    std::vector<T> norms;
+    for (const auto& rows : members) {
+      if (rows.empty()) continue;
+      zero_grads(ps);
+      TapeT<T> tape;
+      RecordScope<T> scope(tape);
+      TensorT<T> losses = per_sample_losses(model, batch.select(rows));
+      res.loss_sum += loss_total(losses);
+      tape.backward(mean(losses));
+      double sq = 0;
+      for (auto& p : ps) sq += double(xt::sum(p.grad() * p.grad())());
+      double n = std::sqrt(sq);
+      norms.push_back(T(n));
+      T c = T(clip_factor(n, clip_norm));
+      if (c < T(1)) ++res.clipped;
+      for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
+    }
+    zero_grads(ps);
+    res.norms = xt::adapt(norms, {norms.size()});
+    return res;
+  }
+
+ private:
+  int m_;
+  std::size_t count_;
+};
+
+int parse_positive(const std::string& spec, const std::string& prefix) {
+  std::string rest = spec.substr(prefix.size());
+  std::size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(rest, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (rest.empty() || used != rest.size() || v < 1 || v > 1000000)
+    throw std::invalid_argument("clip strategy '" + spec + "': " + prefix + " needs a whole number >= 1");
+  return int(v);
+}
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch) {
+  if (spec == "none") return std::make_unique<NoneStrategy<T>>();
+  if (spec == "naive") return std::make_unique<NaiveStrategy<T>>();
+  if (spec == "vanilla") return std::make_unique<VanillaStrategy<T>>();
+  if (spec == "ghost") return std::make_unique<GhostStrategy<T>>();
+  if (spec.rfind("jl:", 0) == 0) return std::make_unique<JlStrategy<T>>(parse_positive(spec, "jl:"));
+  if (spec.rfind("microbatch:", 0) == 0) {
+    int m = parse_positive(spec, "microbatch:");
+    if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");
+    return std::make_unique<MicrobatchStrategy<T>>(m, expected_batch);
+  }
+  throw std::invalid_argument("unknown clip strategy '" + spec + "' (none, naive, vanilla, ghost, jl:K, microbatch:M)");
+}
+
+template TensorT<float> per_sample_losses(ModelT<float>&, const BatchT<float>&);
+template TensorT<double> per_sample_losses(ModelT<double>&, const BatchT<double>&);
+template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::string&, double);
+template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const std::string&, double);
+
+}  // namespace dpgrad

@@ -1,0 +1,55 @@
+// Clipping strategies: each computes sum_i c_i g_i with c_i = min(1, C / ||g_i||)
+// for a batch, by a different route to the per-sample norms (MATH.md 1, 2, 7):
+// naive (per-example loop), vanilla (materialised), ghost (norms without
+// materialising, book-keeping sum), jl:K (K forward-mode projections),
+// microbatch:M (clipped microbatch means), none (plain sum, not private).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/module.hpp"
+
+namespace dpgrad {
+
+class Rng;
+
+template <class T>
+struct ClipResult {
+  std::vector<ArrayT<T>> sum;  // per parameter, model.parameters() order: sum of clipped contributions
+  ArrayT<T> norms;             // (contributions) the norms that were clipped (exact or JL estimates)
+  double loss_sum = 0;         // sum of per-sample losses
+  std::size_t clipped = 0;     // contributions with c < 1
+};
+
+template <class T>
+class ClipStrategyT {
+ public:
+  virtual ~ClipStrategyT() = default;
+  virtual std::string name() const = 0;
+  /// Sum of clipped contributions for `batch` (which may be empty). `rng` draws
+  /// any randomness the strategy needs (JL directions).
+  virtual ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) = 0;
+  /// Sensitivity of the clipped sum in units of C under add/remove-one.
+  virtual double sensitivity() const { return 1.0; }
+  /// What the noised sum is divided by, given the expected batch size L.
+  virtual double normaliser(double expected_batch) const { return expected_batch; }
+  /// False only for `none`.
+  virtual bool is_private() const { return true; }
+  /// JL dimension K for the accountant (0: exact norms).
+  virtual int jl_dim() const { return 0; }
+};
+
+/// "none", "naive", "vanilla", "ghost", "jl:K", "microbatch:M" (throws on others).
+/// `expected_batch` fixes the number of microbatches of microbatch:M.
+template <class T>
+std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch = 0);
+
+/// Per-sample losses (B) of the model on a batch (softmax cross-entropy).
+template <class T>
+TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch);
+
+using ClipStrategy = ClipStrategyT<float>;
+
+}  // namespace dpgrad

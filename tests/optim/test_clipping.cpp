@@ -1,0 +1,223 @@
+// Clipping strategies against the per-example loop: vanilla and ghost give the
+// naive clipped sum to 1e-9 relative; jl:K follows its chi2_K law and converges
+// to the exact sum; microbatch:1 is the naive loop; empty batches work.
+#include <cmath>
+
+#include <doctest/doctest.h>
+
+#include "engine/ops.hpp"
+#include "layers/dense.hpp"
+#include "optim/clipping.hpp"
+#include "support/check.hpp"
+
+using namespace dpgrad;
+using test::randn;
+using D = TensorT<double>;
+using A = ArrayT<double>;
+
+namespace {
+
+std::unique_ptr<ModelT<double>> small_mlp(Rng& rng, Activation act = Activation::tanh) {
+  SequentialT<double> net;
+  net.emplace<DenseT<double>>(5, 4, rng, "d1");
+  net.emplace<ActivationT<double>>(act);
+  net.emplace<DenseT<double>>(4, 3, rng, "d2");
+  return std::make_unique<FeatureModelT<double>>("mlp", std::move(net));
+}
+
+/// A weight used at several positions and twice in a row: x (B, 3, 4).
+class SharedWeightModel final : public ModelT<double> {
+ public:
+  explicit SharedWeightModel(Rng& rng)
+      : w1_(make_parameter<double>("w1", randn<double>({4, 4}, rng, 0.5))),
+        b1_(make_parameter<double>("b1", randn<double>({4}, rng, 0.5))),
+        w2_(make_parameter<double>("w2", randn<double>({4, 3}, rng, 0.5))),
+        b2_(make_parameter<double>("b2", randn<double>({3}, rng, 0.5))) {}
+  D forward(const BatchT<double>& b) override {
+    D h = tanh(linear(D(b.inputs), w1_, b1_));
+    D h2 = tanh(linear(h, w1_));
+    return linear(sum(h2, {1}), w2_, b2_);
+  }
+  std::vector<D> parameters() const override { return {w1_, b1_, w2_, b2_}; }
+  std::string name() const override { return "shared"; }
+
+ private:
+  D w1_, b1_, w2_, b2_;
+};
+
+BatchT<double> make_batch(const Shape& s, std::size_t classes, Rng& rng, double outlier = 1.0) {
+  BatchT<double> b;
+  b.inputs = randn<double>(s, rng);
+  for (std::size_t i = 0; i < s[0]; ++i) {
+    b.labels.push_back(std::int32_t(rng.below(classes)));
+    b.ids.push_back(std::int64_t(i));
+  }
+  if (outlier != 1.0 && s[0] > 0) {  // scale sample 0's inputs: a much larger gradient
+    std::size_t n = b.inputs.size() / s[0];
+    for (std::size_t k = 0; k < n; ++k) b.inputs.data()[k] *= outlier;
+  }
+  return b;
+}
+
+double total_norm(const std::vector<A>& g) {
+  double s = 0;
+  for (const auto& a : g) s += xt::sum(a * a)();
+  return std::sqrt(s);
+}
+
+void check_same_sum(const ClipResult<double>& x, const ClipResult<double>& y, double rtol) {
+  REQUIRE(x.sum.size() == y.sum.size());
+  for (std::size_t j = 0; j < x.sum.size(); ++j) {
+    CAPTURE(j);
+    std::string diff = test::mismatch(x.sum[j], y.sum[j], rtol, 1e-9);
+    INFO(diff);
+    CHECK(diff.empty());
+  }
+}
+
+template <class MakeModel>
+void exact_strategies_agree(MakeModel make, const Shape& input, std::size_t classes) {
+  FastRng init(5), data(6), rng(7);
+  auto model = make(init);
+  BatchT<double> batch = make_batch(input, classes, data);
+  auto naive = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 1e9, rng);
+  // a clip norm between the smallest and largest per-sample norms clips some and not others
+  std::vector<double> ns(naive.norms.begin(), naive.norms.end());
+  std::sort(ns.begin(), ns.end());
+  for (double clip : {ns[ns.size() / 2], 1e9, ns.front() * 0.5}) {
+    CAPTURE(clip);
+    auto ref = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, clip, rng);
+    for (std::string s : {"vanilla", "ghost"}) {
+      CAPTURE(s);
+      auto got = make_clip_strategy<double>(s)->clipped_sum(*model, batch, clip, rng);
+      check_same_sum(got, ref, 1e-9);
+      DPGRAD_CHECK_CLOSE(got.norms, ref.norms, 1e-9);
+      CHECK(got.clipped == ref.clipped);
+      CHECK(got.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-12));
+    }
+    if (clip == ns[ns.size() / 2]) {
+      CHECK(ref.clipped > 0);
+      CHECK(ref.clipped < batch.size());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("clipping: vanilla and ghost equal the naive loop on an MLP") {
+  exact_strategies_agree([](Rng& r) { return small_mlp(r); }, {7, 5}, 3);
+}
+
+TEST_CASE("clipping: vanilla and ghost equal the naive loop with a weight used at many positions") {
+  exact_strategies_agree([](Rng& r) { return std::make_unique<SharedWeightModel>(r); }, {6, 3, 4}, 3);
+}
+
+TEST_CASE("clipping: one huge gradient contributes at most C with exact strategies") {
+  FastRng init(8), data(9), rng(10);
+  auto model = small_mlp(init, Activation::relu);  // no saturation: the gradient grows with the input
+  BatchT<double> batch = make_batch({6, 5}, 3, data, 1e6);
+  double clip = 0.5;
+  for (std::string s : {"naive", "vanilla", "ghost"}) {
+    CAPTURE(s);
+    auto all = make_clip_strategy<double>(s)->clipped_sum(*model, batch, clip, rng);
+    auto rest = make_clip_strategy<double>(s)->clipped_sum(*model, batch.select({1, 2, 3, 4, 5}), clip, rng);
+    std::vector<A> diff;
+    for (std::size_t j = 0; j < all.sum.size(); ++j) diff.push_back(all.sum[j] - rest.sum[j]);
+    CHECK(total_norm(diff) <= clip * (1 + 1e-9));
+    CHECK(all.norms(0) > 100 * clip);
+  }
+}
+
+TEST_CASE("clipping: empty batches give zero sums") {
+  FastRng init(11), rng(12);
+  auto model = small_mlp(init);
+  BatchT<double> empty;
+  empty.inputs = xt::zeros<double>({0, 5});
+  for (std::string s : {"none", "naive", "vanilla", "ghost", "jl:3", "microbatch:2"}) {
+    CAPTURE(s);
+    auto r = make_clip_strategy<double>(s, 4)->clipped_sum(*model, empty, 1.0, rng);
+    REQUIRE(r.sum.size() == model->parameters().size());
+    CHECK(total_norm(r.sum) == 0.0);
+    CHECK(r.clipped == 0);
+  }
+}
+
+TEST_CASE("clipping: none is the plain sum and microbatch:1 is the naive loop") {
+  FastRng init(13), data(14), rng(15);
+  auto model = small_mlp(init);
+  BatchT<double> batch = make_batch({5, 5}, 3, data);
+  auto plain = make_clip_strategy<double>("none")->clipped_sum(*model, batch, 0.01, rng);
+  auto unclipped = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 1e12, rng);
+  check_same_sum(plain, unclipped, 1e-10);
+  auto naive = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 0.3, rng);
+  auto micro = make_clip_strategy<double>("microbatch:1", 5)->clipped_sum(*model, batch, 0.3, rng);
+  check_same_sum(micro, naive, 1e-10);
+  auto s = make_clip_strategy<double>("microbatch:2", 5);
+  CHECK(s->sensitivity() == 2.0);
+  CHECK(s->normaliser(5) == 3.0);  // ceil(5 / 2) microbatches
+  auto m2 = s->clipped_sum(*model, batch, 0.3, rng);
+  CHECK(m2.norms.size() == 3);  // ids 0..4 mod 3: microbatches {0,3}, {1,4}, {2}
+}
+
+TEST_CASE("clipping: jl:K norm estimates follow chi2_K / K") {
+  // M_i^2 / ||g_i||^2 ~ chi2_K / K (Bu et al. 2021, Prop. 2.1). Kolmogorov-Smirnov
+  // against the chi2_3 CDF over 60 batches x 7 samples, with a fixed seed.
+  FastRng init(16), data(17), rng(18);
+  auto model = small_mlp(init);
+  BatchT<double> batch = make_batch({7, 5}, 3, data);
+  auto exact = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 1e12, rng);
+  auto jl = make_clip_strategy<double>("jl:3");
+  std::vector<double> ratios;
+  for (int rep = 0; rep < 60; ++rep) {
+    auto r = jl->clipped_sum(*model, batch, 1e12, rng);
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      ratios.push_back(3.0 * std::pow(r.norms(i) / exact.norms(i), 2));  // ~ chi2_3
+  }
+  std::sort(ratios.begin(), ratios.end());
+  // chi2_3 CDF: erf(sqrt(x/2)) - sqrt(2x/pi) exp(-x/2)
+  auto cdf = [](double x) { return std::erf(std::sqrt(x / 2)) - std::sqrt(2 * x / M_PI) * std::exp(-x / 2); };
+  double n = double(ratios.size()), ks = 0;
+  for (std::size_t i = 0; i < ratios.size(); ++i) {
+    double f = cdf(ratios[i]);
+    ks = std::max({ks, std::abs(f - double(i) / n), std::abs(double(i + 1) / n - f)});
+  }
+  CHECK(ks < 1.628 / std::sqrt(n));  // the 1% critical value
+  // the mean of chi2_3/3 is 1
+  double m = 0;
+  for (double r : ratios) m += r / 3 / n;
+  CHECK(m == doctest::Approx(1.0).epsilon(0.1));
+}
+
+TEST_CASE("clipping: jl:K with large K approaches the exact clipped sum") {
+  FastRng init(19), data(20), rng(21);
+  auto model = small_mlp(init);
+  BatchT<double> batch = make_batch({6, 5}, 3, data);
+  auto ref = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 0.2, rng);
+  REQUIRE(ref.clipped > 0);
+  auto jl = make_clip_strategy<double>("jl:4000")->clipped_sum(*model, batch, 0.2, rng);
+  std::vector<A> diff;
+  for (std::size_t j = 0; j < ref.sum.size(); ++j) diff.push_back(jl.sum[j] - ref.sum[j]);
+  // relative error of the norm estimates is about sqrt(2/K) = 2.2%
+  CHECK(total_norm(diff) < 0.05 * total_norm(ref.sum));
+  for (std::size_t i = 0; i < batch.size(); ++i) CHECK(jl.norms(i) == doctest::Approx(ref.norms(i)).epsilon(0.08));
+}
+
+TEST_CASE("clipping: bad strategy names and parameters are rejected") {
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("fast"), doctest::Contains("unknown clip strategy"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:0"), doctest::Contains(">= 1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:x"), doctest::Contains(">= 1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("microbatch:0", 10), doctest::Contains(">= 1"), std::invalid_argument);
+  CHECK_THROWS_AS(make_clip_strategy<double>("microbatch:4"), std::invalid_argument);
+}
+
+TEST_CASE("clipping: a non-finite loss is a clear error") {
+  FastRng init(22), data(23), rng(24);
+  auto model = small_mlp(init);
+  BatchT<double> batch = make_batch({3, 5}, 3, data);
+  batch.inputs(0, 0) = std::numeric_limits<double>::quiet_NaN();
+  for (std::string s : {"naive", "vanilla", "ghost", "jl:2"}) {
+    CAPTURE(s);
+    CHECK_THROWS_WITH_AS(make_clip_strategy<double>(s)->clipped_sum(*model, batch, 1.0, rng),
+                         doctest::Contains("non-finite"), std::runtime_error);
+  }
+}
