@@ -1,0 +1,74 @@
+// DP optimizer step: clip (strategy) -> noise -> normalise -> base update -> account.
+#include "optim/dp_optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/random.hpp"
+#include "privacy/accountant.hpp"
+
+namespace dpgrad {
+
+template <class T>
+DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig c,
+                              Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
+    : model_(model), base_(base), strategy_(strategy), config_(c), noise_rng_(noise_rng), aux_rng_(aux_rng),
+      accountant_(accountant) {
+  if (!(c.expected_batch > 0 && std::isfinite(c.expected_batch)))
+    throw std::invalid_argument("expected batch size must be > 0, got " + std::to_string(c.expected_batch));
+  if (!strategy.is_private()) return;
+  if (!(c.clip_norm > 0 && std::isfinite(c.clip_norm)))
+    throw std::invalid_argument("clip norm must be > 0, got " + std::to_string(c.clip_norm));
+  if (!(c.noise_multiplier >= 0 && std::isfinite(c.noise_multiplier)))
+    throw std::invalid_argument("noise multiplier must be >= 0, got " + std::to_string(c.noise_multiplier));
+  if (c.noise_multiplier == 0 && !c.allow_no_noise)
+    throw std::invalid_argument("noise multiplier 0 makes training NOT private; it must be asked for explicitly");
+  if (!(c.sampling_rate > 0 && c.sampling_rate <= 1))
+    throw std::invalid_argument("sampling rate q must be in (0, 1], got " + std::to_string(c.sampling_rate));
+}
+
+template <class T>
+bool DPOptimizerT<T>::is_private() const {
+  return strategy_.is_private() && config_.noise_multiplier > 0;
+}
+
+template <class T>
+double DPOptimizerT<T>::accounted_noise_multiplier() const {
+  return config_.noise_multiplier / strategy_.sensitivity();
+}
+
+template <class T>
+StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
+  StepStats st;
+  st.batch = batch.size();
+  ClipResult<T> r = strategy_.clipped_sum(model_, batch, config_.clip_norm, aux_rng_);
+  st.loss = batch.size() ? r.loss_sum / double(batch.size()) : 0.0;
+  st.clipped = r.clipped;
+  double denom;
+  if (strategy_.is_private()) {
+    st.noise_std = config_.noise_multiplier * config_.clip_norm;
+    if (st.noise_std > 0) {
+      std::vector<T> noise;
+      for (auto& g : r.sum) {
+        noise.resize(g.size());
+        noise_rng_.fill_normal(noise.data(), noise.size(), st.noise_std);
+        T* d = g.data();
+        for (std::size_t i = 0; i < g.size(); ++i) d[i] += noise[i];
+      }
+    }
+    // the true batch size is itself private: divide by the expected one
+    denom = strategy_.normaliser(config_.expected_batch);
+  } else {
+    denom = std::max<double>(1.0, double(batch.size()));
+  }
+  for (auto& g : r.sum) g /= T(denom);
+  base_.step(r.sum);
+  if (accountant_ && is_private())
+    accountant_->step(config_.sampling_rate, accounted_noise_multiplier(), 1, strategy_.jl_dim());
+  return st;
+}
+
+template class DPOptimizerT<float>;
+template class DPOptimizerT<double>;
+
+}  // namespace dpgrad

@@ -1,0 +1,60 @@
+// DP-SGD / DP-Adam: one step = clipped sum from a clipping strategy, plus
+// Gaussian noise N(0, sigma^2 C^2) once, divided by the expected batch size,
+// then the base optimizer's update; the step is reported to an accountant
+// (MATH.md section 1; Bu et al. 2021 Algorithm 1 and Appendix A for JL).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "optim/clipping.hpp"
+#include "optim/optimizer.hpp"
+
+namespace dpgrad {
+
+class Rng;
+namespace privacy {
+class Accountant;
+}
+
+struct DPConfig {
+  double clip_norm = 1.0;         // C > 0
+  double noise_multiplier = 1.0;  // sigma >= 0; 0 only with allow_no_noise
+  double sampling_rate = 0.0;     // q in (0, 1], for the accountant
+  double expected_batch = 0.0;    // L = q N > 0
+  bool allow_no_noise = false;    // sigma = 0 was asked for explicitly: not private
+};
+
+struct StepStats {
+  std::size_t batch = 0;      // examples in this batch
+  double loss = 0;            // mean per-sample loss over the batch
+  std::size_t clipped = 0;    // contributions that were clipped
+  double noise_std = 0;       // std of the noise added to the sum
+};
+
+template <class T>
+class DPOptimizerT {
+ public:
+  /// References must outlive the optimizer. `accountant` may be null (no
+  /// accounting); `noise_rng` draws the noise, `aux_rng` the strategy's directions.
+  DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig config, Rng& noise_rng,
+               Rng& aux_rng, privacy::Accountant* accountant);
+  StepStats step(const BatchT<T>& batch);
+  /// The noise multiplier the accountant sees: sigma / sensitivity (microbatch: sigma / 2).
+  double accounted_noise_multiplier() const;
+  bool is_private() const;
+  const DPConfig& config() const { return config_; }
+
+ private:
+  ModelT<T>& model_;
+  OptimizerT<T>& base_;
+  ClipStrategyT<T>& strategy_;
+  DPConfig config_;
+  Rng& noise_rng_;
+  Rng& aux_rng_;
+  privacy::Accountant* accountant_;
+};
+
+using DPOptimizer = DPOptimizerT<float>;
+
+}  // namespace dpgrad

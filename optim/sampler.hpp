@@ -1,0 +1,42 @@
+// Batch samplers and the accountant each one matches: Poisson (every example
+// joins independently with probability q: rdp, pld, gdp), shuffled cyclic
+// passes stopping at a fraction f of each epoch (shuffle), and fixed-size
+// batches drawn without replacement (wor).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dpgrad {
+
+class Rng;
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual std::string name() const = 0;
+  /// Dataset indices of the next batch (Poisson batches may be empty).
+  virtual std::vector<std::size_t> next(Rng& rng) = 0;
+  /// Steps that make one epoch (about N / L).
+  virtual long steps_per_epoch() const = 0;
+  /// q for the accountant: L / N (Poisson), b / n (fixed, shuffle).
+  virtual double sampling_rate() const = 0;
+  virtual double expected_batch_size() const = 0;
+  /// The accountants whose analysis matches this sampling.
+  virtual std::vector<std::string> accountants() const = 0;
+  /// Position within the data order, for checkpoints (the generator is saved separately).
+  virtual nlohmann::json state() const;
+  virtual void load_state(const nlohmann::json& s);
+};
+
+/// Throws std::invalid_argument naming both when the accountant does not analyse this sampler.
+void check_accountant_matches(const Sampler& sampler, const std::string& accountant);
+
+/// "poisson", "shuffle" or "fixed"; epoch_fraction is used by "shuffle".
+std::unique_ptr<Sampler> make_sampler(const std::string& name, std::size_t dataset_size, std::size_t batch_size,
+                                      double epoch_fraction = 1.0);
+
+}  // namespace dpgrad

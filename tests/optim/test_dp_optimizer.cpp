@@ -1,0 +1,145 @@
+// DP optimizer and samplers: noise of the right size, explicit-only zero noise,
+// the accountant ledger it writes, sampling frequencies, and bad hyperparameters.
+#include <cmath>
+#include <set>
+
+#include <doctest/doctest.h>
+
+#include "layers/dense.hpp"
+#include "optim/dp_optimizer.hpp"
+#include "optim/sampler.hpp"
+#include "privacy/accountant.hpp"
+#include "support/check.hpp"
+
+using namespace dpgrad;
+using A = ArrayT<double>;
+
+namespace {
+std::unique_ptr<ModelT<double>> tiny_model(Rng& rng) {
+  SequentialT<double> net;
+  net.emplace<DenseT<double>>(50, 40, rng, "d");
+  return std::make_unique<FeatureModelT<double>>("tiny", std::move(net));
+}
+}  // namespace
+
+TEST_CASE("dp optimizer: the noise has standard deviation sigma * C (divided by L)") {
+  FastRng init(1), noise(2), aux(3);
+  auto model = tiny_model(init);
+  auto before = model->parameters()[0].value();
+  SgdT<double> sgd(model->parameters(), 1.0);
+  auto strategy = make_clip_strategy<double>("ghost");
+  DPConfig cfg{0.7, 1.3, 0.01, 10.0};
+  DPOptimizerT<double> dp(*model, sgd, *strategy, cfg, noise, aux, nullptr);
+  BatchT<double> empty;  // the clipped sum is zero: the update is pure noise / L
+  empty.inputs = xt::zeros<double>({0, 50});
+  StepStats st = dp.step(empty);
+  CHECK(st.noise_std == doctest::Approx(0.91));
+  A delta = (before - model->parameters()[0].value()) * 10.0;  // = noise
+  double n = double(delta.size()), m = xt::mean(delta)(), var = xt::variance(delta)();
+  CHECK(std::abs(m) < 4 * 0.91 / std::sqrt(n));
+  // the sample variance of n = 2000 normals has relative s.e. sqrt(2/n) = 3.2%
+  CHECK(std::sqrt(var) == doctest::Approx(0.91).epsilon(4 * std::sqrt(2 / n)));
+}
+
+TEST_CASE("dp optimizer: zero noise only when asked for, and bad hyperparameters") {
+  FastRng init(4), noise(5), aux(6);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto strategy = make_clip_strategy<double>("vanilla");
+  auto make = [&](DPConfig c) { return DPOptimizerT<double>(*model, sgd, *strategy, c, noise, aux, nullptr); };
+  CHECK_THROWS_WITH_AS(make({1.0, 0.0, 0.1, 5}), doctest::Contains("NOT private"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({0.0, 1.0, 0.1, 5}), doctest::Contains("clip norm"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({-1.0, 1.0, 0.1, 5}), doctest::Contains("clip norm"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, -0.5, 0.1, 5}), doctest::Contains("noise multiplier"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, 1.0, 0.0, 5}), doctest::Contains("sampling rate"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, 1.0, 1.5, 5}), doctest::Contains("sampling rate"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, 1.0, 0.1, 0}), doctest::Contains("expected batch"), std::invalid_argument);
+  DPConfig none{1.0, 0.0, 0.1, 5, true};
+  auto dp = make(none);
+  CHECK_FALSE(dp.is_private());
+  auto before = model->parameters()[0].value();
+  BatchT<double> empty;
+  empty.inputs = xt::zeros<double>({0, 50});
+  dp.step(empty);
+  CHECK(xt::amax(xt::abs(before - model->parameters()[0].value()))() == 0.0);
+}
+
+TEST_CASE("dp optimizer: each step is reported to the accountant with the accounted sigma") {
+  FastRng init(7), noise(8), aux(9), data(10);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  BatchT<double> b;
+  b.inputs = test::randn<double>({4, 50}, data);
+  b.labels = {0, 1, 2, 3};
+  b.ids = {0, 1, 2, 3};
+  struct Case { std::string strategy; double sigma; int jl; };
+  for (auto c : {Case{"ghost", 1.1, 0}, Case{"microbatch:2", 0.55, 0}, Case{"jl:3", 1.1, 3}}) {
+    CAPTURE(c.strategy);
+    auto acc = privacy::make_accountant("pld");
+    auto strategy = make_clip_strategy<double>(c.strategy, 4);
+    DPOptimizerT<double> dp(*model, sgd, *strategy, {1.0, 1.1, 0.004, 4}, noise, aux, acc.get());
+    dp.step(b);
+    dp.step(b);
+    REQUIRE(acc->ledger().size() == 1);
+    CHECK(acc->ledger()[0].count == 2);
+    CHECK(acc->ledger()[0].sampling_rate == 0.004);
+    CHECK(acc->ledger()[0].noise_multiplier == doctest::Approx(c.sigma));
+    CHECK(acc->ledger()[0].jl_dim == c.jl);
+  }
+}
+
+TEST_CASE("samplers: Poisson frequencies match q") {
+  FastRng rng(11);
+  auto s = make_sampler("poisson", 1000, 50);
+  CHECK(s->sampling_rate() == 0.05);
+  std::vector<int> hits(1000);
+  double total = 0;
+  const int draws = 4000;
+  for (int t = 0; t < draws; ++t) {
+    auto idx = s->next(rng);
+    total += double(idx.size());
+    std::set<std::size_t> uniq(idx.begin(), idx.end());
+    REQUIRE(uniq.size() == idx.size());
+    for (auto i : idx) hits[i]++;
+  }
+  // batch size ~ Binomial(1000, 0.05): mean 50, s.e. of the mean sqrt(47.5 / 4000)
+  CHECK(std::abs(total / draws - 50) < 4 * std::sqrt(47.5 / draws));
+  // every example's frequency within 5 s.e. of q (s.e. = sqrt(q(1-q)/draws) = 0.0034)
+  for (int h : hits) CHECK(std::abs(double(h) / draws - 0.05) < 5 * 0.00345);
+}
+
+TEST_CASE("samplers: shuffle visits each example at most once per epoch; fixed draws distinct examples") {
+  FastRng rng(12);
+  auto s = make_sampler("shuffle", 100, 8, 0.5);  // floor(0.5 * 100 / 8) = 6 batches per epoch
+  CHECK(s->steps_per_epoch() == 6);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::set<std::size_t> seen;
+    for (int t = 0; t < 6; ++t)
+      for (auto i : s->next(rng)) {
+        CHECK(i < 100);
+        CHECK(seen.insert(i).second);
+      }
+    CHECK(seen.size() == 48);
+  }
+  auto f = make_sampler("fixed", 20, 7);
+  std::vector<int> hits(20);
+  for (int t = 0; t < 3000; ++t) {
+    auto idx = f->next(rng);
+    std::set<std::size_t> uniq(idx.begin(), idx.end());
+    CHECK(uniq.size() == 7);
+    for (auto i : idx) hits.at(i)++;
+  }
+  for (int h : hits) CHECK(std::abs(double(h) / 3000 - 0.35) < 5 * std::sqrt(0.35 * 0.65 / 3000));
+}
+
+TEST_CASE("samplers: mismatched accountants and bad sizes are refused") {
+  auto p = make_sampler("poisson", 100, 10);
+  CHECK_NOTHROW(check_accountant_matches(*p, "pld"));
+  CHECK_THROWS_WITH_AS(check_accountant_matches(*p, "wor"), doctest::Contains("poisson"), std::invalid_argument);
+  auto f = make_sampler("fixed", 100, 10);
+  CHECK_THROWS_AS(check_accountant_matches(*f, "rdp"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_sampler("poisson", 0, 1), doctest::Contains("empty"), std::invalid_argument);
+  CHECK_THROWS_AS(make_sampler("poisson", 10, 11), std::invalid_argument);
+  CHECK_THROWS_AS(make_sampler("shuffle", 10, 2, 0.0), std::invalid_argument);
+  CHECK_THROWS_AS(make_sampler("random", 10, 2), std::invalid_argument);
+}
