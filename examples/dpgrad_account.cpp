@@ -1,2 +1,263 @@
-// placeholder
-int main() { return 0; }
+// dpgrad-account: the privacy calculator. Given a DP-SGD run (N, L, sigma,
+// epochs or steps) it prints the (epsilon, delta) of any accountant, or, with
+// --target-epsilon, the smallest noise multiplier that reaches that epsilon.
+// Exit status: 0 ok, 2 invalid input (message on stderr), 1 internal error.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "privacy/accountant.hpp"
+#include "privacy/calibration.hpp"
+#include "privacy/gdp.hpp"
+#include "privacy/rdp.hpp"
+#include "privacy/shuffle.hpp"
+
+// ==== PLD HOOK (the one place this program touches the PLD accountant) =======
+// Same switch as DPGRAD_HAVE_PLD in privacy/accountant.cpp: 1 uses
+// PldAccountant::epsilon_bounds(delta) for the error bound.
+#ifndef DPGRAD_HAVE_PLD
+#define DPGRAD_HAVE_PLD 1
+#endif
+#if DPGRAD_HAVE_PLD
+#include "privacy/pld.hpp"
+#endif
+
+namespace {
+
+using namespace dpgrad::privacy;
+
+struct InvalidInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// error_bound = upper - lower of the PLD accountant; nullopt for the others.
+std::optional<double> pld_error_bound([[maybe_unused]] const Accountant& a, [[maybe_unused]] double delta) {
+#if DPGRAD_HAVE_PLD
+  if (const auto* p = dynamic_cast<const PldAccountant*>(&a)) {
+    const auto [lower, upper] = p->epsilon_bounds(delta);
+    return upper - lower;
+  }
+#endif
+  return std::nullopt;
+}
+// ==== end of PLD HOOK =========================================================
+
+nlohmann::json number_or_inf(double x) {
+  if (std::isfinite(x)) return x;
+  return x > 0 ? "inf" : "-inf";
+}
+
+std::string fmt_eps(double x) { return std::isfinite(x) ? fmt::format("{:.4f}", x) : std::string("inf"); }
+
+const char* describe(const std::string& name) {
+  if (name == "rdp") return "Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019)";
+  if (name == "pld") return "privacy loss distribution, numerical (upper bound)";
+  if (name == "gdp") return "Gaussian DP by the central limit theorem (Bu, Dong, Long, Su 2019)";
+  if (name == "wor") return "Renyi DP, batches without replacement (Wang, Balle, Kasiviswanathan 2019)";
+  return "Renyi DP, shuffled passes stopped at a fraction f (Berthier et al. 2019)";
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"dpgrad-account: the privacy (epsilon, delta) of a DP-SGD run, or the noise multiplier for a "
+               "target epsilon"};
+  long n = 0, batch = 0, steps_opt = 0;
+  double sigma = -1.0, epochs = 0.0, delta = 0.0, target = 0.0, fraction = 0.0;
+  std::string accountant = "rdp";
+  int jl_dim = 0;
+  bool json = false;
+  app.add_option("--dataset-size", n, "N, number of training examples")->required();
+  app.add_option("--batch-size", batch, "L, expected batch size (q = L / N)")->required();
+  auto* o_sigma = app.add_option("--noise-multiplier", sigma, "S, noise std / clipping norm");
+  auto* o_epochs = app.add_option("--epochs", epochs, "E, passes over the data (steps = ceil(E N / L))");
+  auto* o_steps = app.add_option("--steps", steps_opt, "T, number of steps");
+  app.add_option("--delta", delta, "D, target delta in (0, 1)")->required();
+  auto* o_target = app.add_option("--target-epsilon", target, "X: find the smallest S with epsilon <= X");
+  app.add_option("--accountant", accountant, "rdp (default), pld, gdp, wor or shuffle");
+  auto* o_jl = app.add_option("--jl-dim", jl_dim, "K: account DP-SGD-JL with K projections (pld only)");
+  auto* o_frac = app.add_option("--epoch-fraction", fraction, "F in (0, 1): shuffle stops each pass after F N examples");
+  app.add_flag("--json", json, "print one JSON object");
+  o_epochs->excludes(o_steps);
+  o_sigma->excludes(o_target);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "dpgrad-account: " << e.what() << "\n";
+    return 2;
+  }
+
+  // ---- validation: every problem names the value ----
+  if (accountant != "rdp" && accountant != "pld" && accountant != "gdp" && accountant != "wor" &&
+      accountant != "shuffle")
+    throw InvalidInput("unknown accountant '" + accountant + "' (expected rdp, pld, gdp, wor or shuffle)");
+  if (n < 1) throw InvalidInput(fmt::format("--dataset-size must be >= 1, got {}", n));
+  if (batch < 1) throw InvalidInput(fmt::format("--batch-size must be >= 1, got {}", batch));
+  if (batch > n) throw InvalidInput(fmt::format("--batch-size {} is larger than --dataset-size {}", batch, n));
+  if (!(delta > 0.0 && delta < 1.0)) throw InvalidInput(fmt::format("--delta must be in (0, 1), got {}", delta));
+  if (o_epochs->count() + o_steps->count() != 1) throw InvalidInput("give exactly one of --epochs E or --steps T");
+  if (o_epochs->count() && !(epochs > 0.0 && std::isfinite(epochs)))
+    throw InvalidInput(fmt::format("--epochs must be > 0, got {}", epochs));
+  if (o_steps->count() && steps_opt < 1) throw InvalidInput(fmt::format("--steps must be >= 1, got {}", steps_opt));
+  const bool calibrate = o_target->count() > 0;
+  if (o_sigma->count() + o_target->count() != 1)
+    throw InvalidInput("give exactly one of --noise-multiplier S or --target-epsilon X");
+  if (!calibrate && !(sigma >= 0.0 && std::isfinite(sigma)))
+    throw InvalidInput(fmt::format("--noise-multiplier must be >= 0, got {}", sigma));
+  if (calibrate && !(target > 0.0 && std::isfinite(target)))
+    throw InvalidInput(fmt::format("--target-epsilon must be > 0, got {}", target));
+  if (o_jl->count() && jl_dim < 0) throw InvalidInput(fmt::format("--jl-dim must be >= 0, got {}", jl_dim));
+  if (o_frac->count() && !(fraction > 0.0 && fraction < 1.0))
+    throw InvalidInput(fmt::format("--epoch-fraction must be in (0, 1), got {}", fraction));
+  if (o_frac->count() && accountant != "shuffle")
+    throw InvalidInput("--epoch-fraction applies only to --accountant shuffle");
+  if (accountant == "shuffle" && !o_frac->count())
+    throw InvalidInput("--accountant shuffle needs --epoch-fraction F in (0, 1)");
+
+  AccountantOptions opts;
+  opts.dataset_size = n;
+  opts.batch_size = batch;
+  opts.epoch_fraction = fraction;
+  std::unique_ptr<Accountant> acc;
+  try {
+    acc = make_accountant(accountant, opts);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidInput(e.what());
+  }
+  if (jl_dim > 0 && !acc->supports_jl())
+    throw InvalidInput(fmt::format("--jl-dim is not supported by --accountant {} (DP-SGD-JL needs pld)", accountant));
+
+  // ---- steps and sampling rate ----
+  const double q = static_cast<double>(batch) / static_cast<double>(n);
+  long steps = steps_opt;
+  std::string steps_note;
+  if (o_epochs->count()) {
+    double exact;
+    if (accountant == "shuffle") {
+      // One epoch of the shuffle accountant is one pass stopped at F: floor(F N / L) steps.
+      const long per = dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch();
+      exact = epochs * static_cast<double>(per);
+      steps_note = fmt::format("{} epochs x {} steps per pass (floor(F N / L)), rounded up", epochs, per);
+    } else {
+      exact = epochs * static_cast<double>(n) / static_cast<double>(batch);
+      steps_note = fmt::format("{} epochs x {} / {}, rounded up", epochs, n, batch);
+    }
+    if (!(exact < 9e18)) throw InvalidInput("too many steps");
+    steps = static_cast<long>(std::ceil(exact));
+  }
+
+  // ---- account (or calibrate) ----
+  double epsilon;
+  if (calibrate) {
+    try {
+      const Calibration c = calibrate_noise_multiplier(
+          [&] { return make_accountant(accountant, opts); }, q, steps, target, delta, jl_dim);
+      sigma = c.noise_multiplier;
+    } catch (const std::invalid_argument& e) {
+      throw InvalidInput(e.what());
+    }
+  }
+  const bool no_noise = sigma == 0.0;
+  if (!no_noise) {
+    try {
+      acc->step(q, sigma, steps, jl_dim);
+    } catch (const std::invalid_argument& e) {
+      throw InvalidInput(e.what());
+    }
+  }
+  // No noise: no finite epsilon at any delta < 1 (the accountants refuse sigma = 0).
+  std::optional<RdpEpsilon> rdp_detail;
+  if (no_noise) epsilon = std::numeric_limits<double>::infinity();
+  else if (const auto* r = dynamic_cast<const RdpCurveAccountant*>(acc.get())) {
+    rdp_detail = r->epsilon_details(delta);
+    epsilon = rdp_detail->epsilon;
+  } else {
+    epsilon = acc->epsilon(delta);
+  }
+  const auto* gdp = dynamic_cast<const GdpAccountant*>(acc.get());
+  const double mu = gdp ? (no_noise ? std::numeric_limits<double>::infinity() : gdp->mu()) : 0.0;
+  const std::optional<double> error_bound = no_noise ? std::nullopt : pld_error_bound(*acc, delta);
+
+  // ---- output ----
+  if (json) {
+    nlohmann::json j = {{"epsilon", number_or_inf(epsilon)},
+                        {"delta", delta},
+                        {"accountant", accountant},
+                        {"neighbouring", to_string(acc->neighbouring())},
+                        {"steps", steps},
+                        {"sampling_rate", q},
+                        {"noise_multiplier", sigma},
+                        {"dataset_size", n},
+                        {"batch_size", batch}};
+    if (o_epochs->count()) {
+      j["epochs"] = epochs;
+      j["steps_rounded_up"] = true;
+    }
+    if (calibrate) j["target_epsilon"] = target;
+    if (jl_dim > 0) j["jl_dim"] = jl_dim;
+    if (rdp_detail && std::isfinite(rdp_detail->epsilon) && std::isfinite(rdp_detail->order)) {
+      j["order"] = rdp_detail->order;
+      j["conversion"] = rdp_detail->conversion == RdpConversion::tight ? "tight" : "classic";
+    }
+    if (gdp) {
+      j["mu"] = number_or_inf(mu);
+      j["approximation"] = kGdpLabel;
+    }
+    if (error_bound) j["error_bound"] = *error_bound;
+    if (accountant == "shuffle") {
+      j["epoch_fraction"] = fraction;
+      j["steps_per_epoch"] = dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch();
+    }
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+
+  if (calibrate)
+    fmt::print("noise multiplier {:.6g}  (smallest found with epsilon <= {} at delta = {})\n", sigma, target, delta);
+  fmt::print("epsilon          {}  (delta = {}){}\n", fmt_eps(epsilon), delta,
+             gdp ? "  -- approximation (CLT)" : "");
+  fmt::print("accountant       {}: {}\n", accountant, describe(accountant));
+  fmt::print("neighbouring     {}\n", to_string(acc->neighbouring()));
+  if (steps_note.empty()) fmt::print("steps            {}\n", steps);
+  else fmt::print("steps            {}  ({})\n", steps, steps_note);
+  fmt::print("sampling rate    {:.6g}  (q = L / N = {} / {})\n", q, batch, n);
+  fmt::print("noise multiplier {:.6g}{}\n", sigma, no_noise ? "  (no noise: no privacy)" : "");
+  if (accountant == "shuffle")
+    fmt::print("epoch fraction   {}  ({} steps per pass)\n", fraction,
+               dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch());
+  if (jl_dim > 0) fmt::print("jl dimension     {}\n", jl_dim);
+  if (rdp_detail && std::isfinite(rdp_detail->order))
+    fmt::print("order            {:g}  ({} conversion)\n", rdp_detail->order, to_string(rdp_detail->conversion));
+  if (gdp) {
+    fmt::print("mu               {}\n", std::isfinite(mu) ? fmt::format("{:.6g}", mu) : std::string("inf"));
+    fmt::print("note             {}: the CLT can under-state epsilon for few steps\n", kGdpLabel);
+  }
+  if (error_bound) fmt::print("error bound      {:.3g}  (epsilon is the upper end)\n", *error_bound);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const InvalidInput& e) {
+    std::cerr << "dpgrad-account: " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "dpgrad-account: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dpgrad-account: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

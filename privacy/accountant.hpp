@@ -53,7 +53,26 @@ class Accountant {
   std::vector<Step> ledger_;
 };
 
-/// Builds an accountant from to_json() output.
+/// Builds an accountant from to_json() output (settings and ledger).
 std::unique_ptr<Accountant> accountant_from_json(const nlohmann::json& j);
+
+/// Replays the "ledger" of to_json() output into `a` through step(), so every
+/// entry is validated again (used by each accountant's from_json).
+void replay_ledger(Accountant& a, const nlohmann::json& j);
+
+/// Settings an accountant may need; each accountant reads only its own.
+struct AccountantOptions {
+  /// RDP orders (rdp: any order > 1; wor, shuffle: integers >= 2). Empty: the
+  /// accountant's default grid.
+  std::vector<double> orders;
+  long dataset_size = 0;        // n (shuffle; required there)
+  long batch_size = 0;          // b (shuffle; required there)
+  double epoch_fraction = 0.0;  // f in (0, 1): shuffle stops each pass after f n examples
+};
+
+/// "rdp", "pld", "gdp", "wor" or "shuffle"; throws std::invalid_argument for
+/// an unknown name or settings the accountant rejects.
+std::unique_ptr<Accountant> make_accountant(const std::string& name,
+                                            const AccountantOptions& opts = {});
 
 }  // namespace dpgrad::privacy

@@ -1,2 +1,38 @@
-// placeholder
+// The classic noise mechanisms: Gaussian, Laplace, and the vector Laplace noise
+// of output perturbation (density proportional to exp(-(eps/Delta) ||eta||_2)).
+// All draw from a dpgrad::Rng: use SecureRng for real releases.
 #pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "engine/random.hpp"
+
+namespace dpgrad::privacy {
+
+/// Gaussian mechanism: value + N(0, noise_std^2). For (eps, delta) at L2
+/// sensitivity Delta take noise_std = analytic_gaussian_noise_std(eps, delta, Delta)
+/// (conversions.hpp; Balle and Wang 2018).
+double gaussian_mechanism(double value, double noise_std, Rng& rng);
+/// Adds independent N(0, noise_std^2) to every entry.
+void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng);
+
+/// Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth Thm. 3.6):
+/// value + Lap(Delta_1 / eps) is eps-DP for a query of L1 sensitivity Delta_1.
+double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rng& rng);
+/// Adds independent Lap(Delta_1 / eps) to every entry (Delta_1: L1 sensitivity of the whole vector).
+void add_laplace_noise(std::span<double> values, double l1_sensitivity, double epsilon, Rng& rng);
+
+/// Noise eta in R^dim with density proportional to exp(-(eps / Delta) ||eta||_2)
+/// (Chaudhuri, Monteleoni, Sarwate 2011, Alg. 1): ||eta|| ~ Gamma(shape dim,
+/// scale Delta / eps), direction uniform on the sphere. eps-DP for L2 sensitivity Delta.
+std::vector<double> vector_laplace_noise(std::size_t dim, double l2_sensitivity, double epsilon, Rng& rng);
+/// Output perturbation: w + vector_laplace_noise(w.size(), Delta, eps).
+std::vector<double> output_perturbation(std::span<const double> w, double l2_sensitivity, double epsilon,
+                                        Rng& rng);
+/// L2 sensitivity of the minimiser of L2-regularised logistic regression with
+/// ||x|| <= 1 (Chaudhuri, Monteleoni, Sarwate 2011, §3, output perturbation): 2 / (N lambda).
+double logistic_regression_sensitivity(long dataset_size, double lambda);
+
+}  // namespace dpgrad::privacy

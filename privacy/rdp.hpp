@@ -1,2 +1,62 @@
-// placeholder
+// Renyi-DP accounting of the Poisson-subsampled Gaussian mechanism (Mironov,
+// Talwar, Zhang 2019) over a grid of orders, and the shared base of every
+// accountant that sums RDP curves and converts them to (epsilon, delta).
 #pragma once
+
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "privacy/accountant.hpp"
+#include "privacy/conversions.hpp"
+
+namespace dpgrad::privacy {
+
+/// {1.1, 1.25, ..., 4.5, 5, 6, ..., 64, 72, 80, 96, 112, 128, 160, 192, 224, 256}.
+std::vector<double> default_rdp_orders();
+/// The integer orders (>= 2) of default_rdp_orders().
+std::vector<double> default_integer_rdp_orders();
+
+/// RDP at `order` (> 1) of the Poisson-subsampled Gaussian with sampling rate q
+/// in (0, 1] and noise multiplier sigma > 0, add/remove-one neighbours
+/// (Mironov, Talwar, Zhang 2019): q = 1 exactly alpha / (2 sigma^2); integer
+/// orders by the binomial sum of §3.2, fractional orders by the two series of
+/// §3.3 (with the truncation error bounded and added). Never negative.
+double rdp_subsampled_gaussian(double sampling_rate, double noise_multiplier, double order);
+
+/// An accountant whose analysis is an RDP curve summed over its ledger.
+class RdpCurveAccountant : public Accountant {
+ public:
+  const std::vector<double>& orders() const { return orders_; }
+  /// Total RDP of the ledger at each of orders().
+  virtual std::vector<double> rdp() const = 0;
+
+  double epsilon(double delta) const override;
+  double delta(double epsilon) const override;
+  /// epsilon(delta) with the order and the conversion that achieved it.
+  RdpEpsilon epsilon_details(double delta) const;
+
+  nlohmann::json to_json() const override;
+
+ protected:
+  /// orders: sorted and de-duplicated here; `integer_only` refuses non-integers and orders < 2.
+  RdpCurveAccountant(std::vector<double> orders, bool integer_only);
+  std::vector<double> orders_;
+};
+
+/// Poisson subsampling, add/remove-one neighbours; the default accountant.
+class RdpAccountant final : public RdpCurveAccountant {
+ public:
+  /// Empty orders: default_rdp_orders(). Orders must be finite and > 1.
+  explicit RdpAccountant(std::vector<double> orders = {});
+
+  std::string name() const override { return "rdp"; }
+  Neighbouring neighbouring() const override { return Neighbouring::add_remove; }
+  std::vector<double> rdp() const override;
+
+  std::unique_ptr<Accountant> clone() const override;
+  static std::unique_ptr<RdpAccountant> from_json(const nlohmann::json& j);
+};
+
+}  // namespace dpgrad::privacy
