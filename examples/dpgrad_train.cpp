@@ -1,2 +1,364 @@
-// placeholder
-int main() { return 0; }
+// dpgrad-train: trains a model on real or synthetic data, privately (DP-SGD,
+// DP-momentum, DP-Adam with any clipping strategy) or not, and reports test
+// accuracy and the privacy spent with the chosen accountant.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/blas.hpp"
+#include "engine/random.hpp"
+#include "engine/tape.hpp"
+#include "examples/data/datasets.hpp"
+#include "layers/models.hpp"
+#include "optim/dp_optimizer.hpp"
+#include "optim/sampler.hpp"
+#include "privacy/accountant.hpp"
+#include "privacy/calibration.hpp"
+
+using namespace dpgrad;
+using json = nlohmann::json;
+
+namespace {
+
+struct Options {
+  std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
+  std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant = "rdp";
+  std::string schedule = "constant";
+  double lr = 0.1, momentum = 0.9, weight_decay = 0.0;
+  double epochs = 2;
+  std::size_t batch = 256;
+  double clip_norm = 1.0;
+  std::optional<double> noise_multiplier, target_epsilon, delta;
+  double epoch_fraction = 1.0;
+  bool secure_rng = false, json_out = false, demo = false, allow_no_noise = false;
+  std::uint64_t seed = 42;
+  long max_steps = 0;
+  std::size_t train_limit = 0, test_limit = 0;
+  int threads = 0;
+  std::size_t hidden = 256;
+};
+
+bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
+
+/// Raises all-or-nothing argument problems as std::invalid_argument.
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+
+/// 1/N rounded down to a power of ten.
+double default_delta(std::size_t n) { return std::pow(10.0, std::floor(std::log10(1.0 / double(n)))); }
+
+class Progress {
+ public:
+  Progress(bool quiet) : tty_(isatty(fileno(stderr)) && !quiet), quiet_(quiet) {}
+  void update(long step, long total, double loss, double examples_per_s, double eta_s, long epoch) {
+    if (quiet_) return;
+    if (tty_) {
+      int width = 30, filled = total ? int(double(width) * double(step) / double(total)) : width;
+      fmt::print(stderr, "\r  epoch {:>3} [{}{}] {:>6}/{} loss {:.4f} {:>7.0f} ex/s ETA {:>5.0f}s ", epoch,
+                 std::string(std::size_t(filled), '#'), std::string(std::size_t(width - filled), '.'), step, total,
+                 loss, examples_per_s, eta_s);
+      if (step == total) fmt::print(stderr, "\n");
+    } else if (total && (step == total || step * 10 / total != (step - 1) * 10 / total)) {
+      fmt::print(stderr, "  epoch {} step {}/{} loss {:.4f} {:.0f} ex/s ETA {:.0f}s\n", epoch, step, total, loss,
+                 examples_per_s, eta_s);
+    }
+  }
+
+ private:
+  bool tty_, quiet_;
+};
+
+double accuracy(ModelT<float>& model, const BatchT<float>& test) {
+  NoRecordScope<float> none;
+  model.set_training(false);
+  std::size_t correct = 0, n = test.size();
+  for (std::size_t start = 0; start < n; start += 500) {
+    std::vector<std::size_t> rows;
+    for (std::size_t i = start; i < std::min(n, start + 500); ++i) rows.push_back(i);
+    BatchT<float> b = test.select(rows);
+    ArrayT<float> logits = model.forward(b).value();
+    std::size_t c = logits.shape()[1];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const float* z = logits.data() + i * c;
+      std::size_t best = std::size_t(std::max_element(z, z + c) - z);
+      if (std::int32_t(best) == b.labels[i]) ++correct;
+    }
+  }
+  model.set_training(true);
+  return n ? double(correct) / double(n) : 0.0;
+}
+
+std::string fmt_eps(double e) { return std::isfinite(e) ? fmt::format("{:.4g}", e) : "inf"; }
+json eps_json(double e) { return std::isfinite(e) ? json(e) : json("inf"); }
+
+BatchT<float> limit(const BatchT<float>& b, std::size_t n) {
+  if (n == 0 || n >= b.size()) return b;
+  std::vector<std::size_t> rows(n);
+  for (std::size_t i = 0; i < n; ++i) rows[i] = i;
+  BatchT<float> r = b.select(rows);
+  return r;
+}
+
+int run(Options o) {
+  auto t0 = std::chrono::steady_clock::now();
+  const bool dp = is_dp(o.optimizer);
+  if (o.threads > 0) blas::set_threads(o.threads);
+  auto say = [&](const std::string& s) {
+    if (!o.json_out) fmt::print("{}\n", s);
+    else fmt::print(stderr, "{}\n", s);
+  };
+
+  // ---- arguments that do not need data
+  require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
+  require(o.lr > 0 && std::isfinite(o.lr), fmt::format("--lr must be > 0, got {}", o.lr));
+  require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
+  std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
+  require(base_name == "sgd" || base_name == "momentum" || base_name == "adam",
+          "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam)");
+  if (dp) {
+    require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
+    require(o.noise_multiplier || o.target_epsilon, "a private run needs --noise-multiplier or --target-epsilon");
+    require(!o.noise_multiplier || *o.noise_multiplier >= 0,
+            fmt::format("--noise-multiplier must be >= 0, got {}", o.noise_multiplier.value_or(0)));
+    require(!o.target_epsilon || *o.target_epsilon > 0, "--target-epsilon must be > 0");
+    require(o.clip_norm > 0 && std::isfinite(o.clip_norm), fmt::format("--clip-norm must be > 0, got {}", o.clip_norm));
+    require(!o.delta || (*o.delta > 0 && *o.delta < 1), fmt::format("--delta must be in (0, 1), got {}", o.delta.value_or(0)));
+    if (o.noise_multiplier && *o.noise_multiplier == 0)
+      require(o.allow_no_noise, "--noise-multiplier 0 adds no noise and is NOT private; add --allow-no-noise to insist");
+  } else {
+    require(!o.noise_multiplier && !o.target_epsilon, "--noise-multiplier/--target-epsilon need a dp-* optimizer");
+    o.strategy = "none";
+  }
+  if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
+                                      "--epoch-fraction must be in (0, 1) for private shuffled training");
+
+  // ---- data and model
+  data::DatasetOptions dopts;
+  dopts.seed = o.seed;
+  data::DataSplit data = data::load_dataset(o.dataset, dopts);
+  data.train = limit(data.train, o.train_limit);
+  data.test = limit(data.test, o.test_limit);
+  require(data.train.size() > 0, "the training set is empty");
+  FastRng init_rng(o.seed);
+  Activation act = parse_activation(o.activation);
+  std::unique_ptr<ModelT<float>> model;
+  if (o.model == "bilstm598k") {
+    require(data.tokens, "bilstm598k needs a text dataset (spamassassin, text:PATH, synthetic-text)");
+    model = make_model<float>(o.model, init_rng, act);
+  } else {
+    require(!data.tokens, o.model + " needs an image dataset; use bilstm598k for text");
+    std::size_t in = data.train.inputs.size() / data.train.size();
+    if (o.model == "logreg") model = make_mlp<float>({in, data.classes}, act, init_rng);
+    else if (o.model == "mlp") model = make_mlp<float>({in, o.hidden, data.classes}, act, init_rng);
+    else model = make_model<float>(o.model, init_rng, act);
+  }
+  const std::size_t n = data.train.size();
+  require(o.batch >= 1 && o.batch <= n, fmt::format("--batch-size must be in [1, {}], got {}", n, o.batch));
+
+  // ---- sampling, privacy
+  auto sampler = make_sampler(dp ? o.sampler : "shuffle", n, o.batch, dp ? o.epoch_fraction : 1.0);
+  const double q = sampler->sampling_rate();
+  const long per_epoch = sampler->steps_per_epoch();
+  long total_steps = std::max(1L, long(std::ceil(o.epochs * double(per_epoch))));
+  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+  auto strategy = make_clip_strategy<float>(o.strategy, sampler->expected_batch_size());
+  const double delta = o.delta.value_or(default_delta(n));
+  std::unique_ptr<privacy::Accountant> accountant;
+  privacy::AccountantOptions aopts;
+  aopts.dataset_size = long(n);
+  aopts.batch_size = long(o.batch);
+  aopts.epoch_fraction = o.epoch_fraction;
+  double sigma = o.noise_multiplier.value_or(0.0);
+  if (dp) {
+    check_accountant_matches(*sampler, o.accountant);
+    accountant = privacy::make_accountant(o.accountant, aopts);
+    if (strategy->jl_dim() > 0 && !accountant->supports_jl())
+      throw std::invalid_argument("the " + o.accountant + " accountant cannot analyse " + o.strategy +
+                                  " (its clipping bound is random); use --accountant pld");
+    const double sens = strategy->sensitivity();
+    if (!o.noise_multiplier) {
+      say(fmt::format("calibrating the noise multiplier for epsilon {} at delta {:g} over {} steps ({})...",
+                      *o.target_epsilon, delta, total_steps, o.accountant));
+      auto cal = privacy::calibrate_noise_multiplier(o.accountant, aopts, q, total_steps, *o.target_epsilon, delta,
+                                                     strategy->jl_dim());
+      sigma = cal.noise_multiplier * sens;
+    } else if (o.target_epsilon && sigma > 0) {
+      // stop before the budget would be exceeded
+      auto eps_after = [&](long steps) {
+        auto a = privacy::make_accountant(o.accountant, aopts);
+        a->step(q, sigma / sens, steps, strategy->jl_dim());
+        return a->epsilon(delta);
+      };
+      if (eps_after(total_steps) > *o.target_epsilon) {
+        long lo = 0, hi = total_steps;
+        while (hi - lo > 1) {
+          long mid = (lo + hi) / 2;
+          (eps_after(mid) <= *o.target_epsilon ? lo : hi) = mid;
+        }
+        require(lo > 0, fmt::format("even one step exceeds epsilon {} at this noise multiplier", *o.target_epsilon));
+        say(fmt::format("training stops after {} of {} steps: more would exceed epsilon {}", lo, total_steps,
+                        *o.target_epsilon));
+        total_steps = lo;
+      }
+    }
+  }
+
+  // ---- generators
+  auto noise_rng = make_rng(o.secure_rng, o.seed + 1);
+  auto aux_rng = make_rng(o.secure_rng, o.seed + 2);
+  auto sample_rng = make_rng(o.secure_rng, o.seed + 3);
+
+  // ---- optimizer
+  auto params = model->parameters();
+  std::unique_ptr<OptimizerT<float>> base;
+  if (base_name == "adam") base = std::make_unique<AdamT<float>>(params, o.lr, 0.9, 0.999, 1e-8, o.weight_decay);
+  else base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
+  DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise};
+  DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *noise_rng, *aux_rng, accountant.get());
+
+  // ---- header
+  say(fmt::format("dpgrad-train: {} ({} parameters) on {}", model->name(), model->parameter_count(), data.description));
+  say(fmt::format("  optimizer {} lr {} ({}), batch {} ({} sampling, q = {:.6g}), {} steps ({} per epoch)", o.optimizer,
+                  o.lr, o.schedule, o.batch, sampler->name(), q, total_steps, per_epoch));
+  if (dp) {
+    say(fmt::format("  clipping {} at C = {}, noise multiplier {:.6g}{}, accountant {} ({} neighbours), delta {:g}",
+                    strategy->name(), o.clip_norm, sigma, o.noise_multiplier ? "" : " (calibrated)", o.accountant,
+                    privacy::to_string(accountant->neighbouring()), delta));
+    if (sigma == 0) say("  WARNING: noise multiplier 0: this run is NOT private; no epsilon is reported");
+    say(fmt::format("  noise generator: {}", noise_rng->describe()));
+    if (!o.secure_rng) say("  (use --secure-rng for noise from the cryptographically secure generator)");
+  } else {
+    say("  non-private training: no clipping, no noise, no privacy guarantee");
+  }
+
+  // ---- training
+  Progress progress(o.json_out);
+  long step = 0;
+  double eps = dp && sigma > 0 ? 0.0 : INFINITY;
+  json summary;
+  const long epochs_total = (total_steps + per_epoch - 1) / per_epoch;
+  for (long epoch = 1; step < total_steps; ++epoch) {
+    auto te = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    std::size_t seen = 0;
+    long in_epoch = std::min(per_epoch, total_steps - step);
+    for (long s = 0; s < in_epoch; ++s, ++step) {
+      if (o.schedule == "cosine")
+        base->set_lr(o.lr * 0.5 * (1 + std::cos(M_PI * double(step) / double(total_steps))));
+      auto idx = sampler->next(*sample_rng);
+      BatchT<float> batch = data.train.select(idx);
+      StepStats st = opt.step(batch);
+      loss_sum += st.loss * double(st.batch);
+      seen += st.batch;
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+      progress.update(s + 1, in_epoch, seen ? loss_sum / double(seen) : 0.0, double(seen) / std::max(secs, 1e-9),
+                      secs / double(s + 1) * double(in_epoch - s - 1), epoch);
+    }
+    double acc = accuracy(*model, data.test);
+    if (dp && sigma > 0) eps = accountant->epsilon(delta);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+    json row = {{"epoch", epoch}, {"steps", step}, {"train_loss", seen ? loss_sum / double(seen) : 0.0},
+                {"test_accuracy", acc}, {"seconds", secs}};
+    if (dp) {
+      row["epsilon"] = eps_json(eps);
+      row["delta"] = delta;
+      row["accountant"] = o.accountant;
+      row["neighbouring"] = privacy::to_string(accountant->neighbouring());
+    }
+    if (o.json_out) fmt::print("{}\n", row.dump());
+    else
+      fmt::print("epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%{}, {:.1f}s\n", epoch, epochs_total,
+                 row["train_loss"].get<double>(), 100 * acc,
+                 dp ? fmt::format(", epsilon {} (delta {:g}, {}, {})", fmt_eps(eps), delta, o.accountant,
+                                  privacy::to_string(accountant->neighbouring()))
+                    : "",
+                 secs);
+    std::fflush(stdout);
+    summary = row;
+  }
+  double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary["final"] = true;
+  summary["model"] = model->name();
+  summary["optimizer"] = o.optimizer;
+  summary["private"] = dp && sigma > 0;
+  summary["total_seconds"] = total_s;
+  if (dp) {
+    summary["clip_strategy"] = strategy->name();
+    summary["noise_multiplier"] = sigma;
+    summary["sampling_rate"] = q;
+    summary["noise_generator"] = noise_rng->describe();
+  }
+  if (o.json_out) fmt::print("{}\n", summary.dump());
+  else
+    fmt::print("final: test accuracy {:.2f}%{} after {} steps in {:.1f}s\n", 100 * summary["test_accuracy"].get<double>(),
+               dp ? (sigma > 0 ? fmt::format(" at epsilon {} (delta {:g}, {} accountant, {} neighbours)", fmt_eps(eps), delta,
+                                             o.accountant, privacy::to_string(accountant->neighbouring()))
+                               : std::string(" (NOT private: no noise)"))
+                  : " (non-private)",
+               step, total_s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
+  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k")->capture_default_str();
+  app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
+      ->capture_default_str();
+  app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
+  app.add_option("--hidden", o.hidden, "hidden units of mlp")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
+  app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)");
+  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
+  app.add_option("--clip-norm", o.clip_norm, "per-sample clipping norm C")->capture_default_str();
+  app.add_option("--noise-multiplier", o.noise_multiplier, "sigma: noise std / C");
+  app.add_option("--target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)");
+  app.add_option("--delta", o.delta, "delta (default: 1/N rounded down to a power of ten)");
+  app.add_option("--accountant", o.accountant, "rdp, pld, gdp (poisson), wor (fixed), shuffle (shuffle)")->capture_default_str();
+  app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
+  app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
+  app.add_flag("--secure-rng", o.secure_rng, "noise and sampling from the cryptographically secure generator");
+  app.add_flag("--allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)");
+  app.add_option("--seed", o.seed, "seed of the fast generator and the initialisation")->capture_default_str();
+  app.add_option("--train-limit", o.train_limit, "use only the first N training examples");
+  app.add_option("--test-limit", o.test_limit, "use only the first N test examples");
+  app.add_option("--threads", o.threads, "BLAS threads (0: OpenBLAS default)");
+  app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
+  app.add_flag("--demo", o.demo, "the demo run of ./dev demo");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  if (o.demo) {
+    o.model = "mlp";
+    o.optimizer = "adam";
+    o.lr = 0.002;
+    o.batch = 128;
+    o.epochs = 2;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dpgrad-train: error: {}\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,122 @@
+// Datasets by name: see datasets.hpp.
+#include "examples/data/datasets.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/random.hpp"
+#include "examples/data/idx.hpp"
+#include "examples/data/spamassassin.hpp"
+#include "examples/data/text_folder.hpp"
+
+namespace dpgrad::data {
+
+namespace {
+
+BatchT<float> from_images(ImageDataset d) {
+  BatchT<float> b;
+  b.inputs = std::move(d.images);
+  b.labels = std::move(d.labels);
+  for (std::size_t i = 0; i < b.labels.size(); ++i) b.ids.push_back(std::int64_t(i));
+  return b;
+}
+
+BatchT<float> from_text(TextDataset d) {
+  BatchT<float> b;
+  b.tokens = std::move(d.tokens);
+  b.lengths = std::move(d.lengths);
+  b.labels = std::move(d.labels);
+  for (std::size_t i = 0; i < b.labels.size(); ++i) b.ids.push_back(std::int64_t(i));
+  return b;
+}
+
+DataSplit images(const IdxPaths& p, const std::string& what) {
+  DataSplit s;
+  s.train = from_images(load_idx(p.train_images, p.train_labels));
+  s.test = from_images(load_idx(p.test_images, p.test_labels));
+  s.classes = 10;
+  s.description = what + " (" + std::to_string(s.train.size()) + " train, " + std::to_string(s.test.size()) + " test)";
+  return s;
+}
+
+DataSplit text(const RawText& train, const RawText& test, const DatasetOptions& o, const std::string& what) {
+  if (train.docs.empty()) throw DataError(what + ": no training documents");
+  if (train.class_names != test.class_names)
+    throw DataError(what + ": train and test have different classes");
+  Vocabulary v = Vocabulary::build(train.docs, o.vocabulary);
+  DataSplit s;
+  s.train = from_text(encode(train, v, o.max_length));
+  s.test = from_text(encode(test, v, o.max_length));
+  s.classes = train.class_names.size();
+  s.tokens = true;
+  s.description = what + " (" + std::to_string(s.train.size()) + " train, " + std::to_string(s.test.size()) +
+                  " test, vocabulary " + std::to_string(v.size()) + ", " + std::to_string(o.max_length) + " tokens)";
+  return s;
+}
+
+}  // namespace
+
+BatchT<float> synthetic_images(std::size_t n, std::uint64_t seed) {
+  FastRng rng(seed);
+  BatchT<float> b;
+  b.inputs = ArrayT<float>::from_shape({n, 1, 28, 28});
+  for (auto& v : b.inputs) v = float(rng.uniform());
+  for (std::size_t i = 0; i < n; ++i) {
+    b.labels.push_back(std::int32_t(rng.below(10)));
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
+BatchT<float> synthetic_tokens(std::size_t n, std::size_t length, std::size_t vocabulary, std::uint64_t seed) {
+  FastRng rng(seed);
+  BatchT<float> b;
+  b.tokens = ArrayT<std::int32_t>::from_shape({n, length});
+  for (auto& v : b.tokens) v = std::int32_t(2 + rng.below(vocabulary - 2));
+  for (std::size_t i = 0; i < n; ++i) {
+    b.lengths.push_back(std::int32_t(length));
+    b.labels.push_back(std::int32_t(rng.below(2)));
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
+DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
+  if (spec == "fashion-mnist") return images(fashion_mnist_paths(), "Fashion-MNIST from " + fashion_mnist_dir());
+  if (spec == "mnist") {
+    const char* env = std::getenv("DPGRAD_MNIST");
+    std::string dir = env && *env ? env : "/usr/share/datasets/mnist";
+    if (!std::filesystem::exists(dir))
+      throw DataError("MNIST not found in " + dir + ": put the four IDX files there, set DPGRAD_MNIST, or use idx:PATH");
+    return images(idx_dir_paths(dir), "MNIST from " + dir);
+  }
+  if (spec.rfind("idx:", 0) == 0) return images(idx_dir_paths(spec.substr(4)), "IDX files from " + spec.substr(4));
+  if (spec.rfind("text:", 0) == 0) {
+    std::string root = spec.substr(5);
+    RawText train = read_text_folder(root + "/train");
+    RawText test = read_text_folder(root + "/test", train.class_names);
+    return text(train, test, o, "text folders under " + root);
+  }
+  if (spec == "spamassassin") {
+    std::string dir = find_spamassassin();
+    return text(load_spamassassin(dir, Split::train), load_spamassassin(dir, Split::test), o,
+                "SpamAssassin public corpus (message bodies, fixed 80/20 split)");
+  }
+  if (spec == "synthetic" || spec == "synthetic-text") {
+    DataSplit s;
+    bool tok = spec == "synthetic-text";
+    s.tokens = tok;
+    s.classes = tok ? 2 : 10;
+    s.train = tok ? synthetic_tokens(o.synthetic_size, o.max_length, o.vocabulary, o.seed)
+                  : synthetic_images(o.synthetic_size, o.seed);
+    s.test = tok ? synthetic_tokens(256, o.max_length, o.vocabulary, o.seed + 1) : synthetic_images(256, o.seed + 1);
+    s.description = "synthetic " + std::string(tok ? "token sequences" : "images") + " (" +
+                    std::to_string(o.synthetic_size) + " train)";
+    return s;
+  }
+  throw std::invalid_argument("unknown dataset '" + spec +
+                              "' (fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text)");
+}
+
+}  // namespace dpgrad::data

@@ -1,0 +1,38 @@
+// Datasets by name for the programs: Fashion-MNIST (Debian package), MNIST or
+// any IDX folder, a folder tree of text classes, the SpamAssassin corpus, and
+// synthetic data for benchmarks. Each gives train and test batches in memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "layers/module.hpp"
+
+namespace dpgrad::data {
+
+struct DataSplit {
+  BatchT<float> train, test;    // ids = row indices
+  std::size_t classes = 0;
+  std::string description;      // what was loaded, for the run's output
+  bool tokens = false;          // token sequences (text) rather than images
+};
+
+struct DatasetOptions {
+  std::size_t vocabulary = 8185;  // text: including padding and unknown ids
+  std::size_t max_length = 150;   // text: tokens kept per document
+  std::size_t synthetic_size = 2048;
+  std::uint64_t seed = 0;         // synthetic data
+};
+
+/// "fashion-mnist", "mnist" (IDX files in $DPGRAD_MNIST or /usr/share/datasets/mnist),
+/// "idx:PATH", "text:PATH" (PATH/train and PATH/test class folders),
+/// "spamassassin", "synthetic" or "synthetic-text". Throws DataError or
+/// std::invalid_argument with a message that says how to get missing data.
+DataSplit load_dataset(const std::string& spec, const DatasetOptions& opts = {});
+
+/// Synthetic images (N, 1, 28, 28) with 10 classes, or token sequences (N, L) over
+/// `vocabulary` ids with 2 classes: speed does not depend on content.
+BatchT<float> synthetic_images(std::size_t n, std::uint64_t seed);
+BatchT<float> synthetic_tokens(std::size_t n, std::size_t length, std::size_t vocabulary, std::uint64_t seed);
+
+}  // namespace dpgrad::data
