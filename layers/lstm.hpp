@@ -1,2 +1,78 @@
-// placeholder
+// LSTM and bidirectional LSTM over padded batches, composed only of engine ops
+// (linear, slice, sigmoid, tanh, mul, add). The parametric op `linear` records
+// the uses of each weight, so per-sample gradients need no code here.
 #pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/module.hpp"
+
+namespace dpgrad {
+
+/// Output of one LSTM direction over a padded batch.
+template <class T>
+struct LstmOutputT {
+  TensorT<T> states;  // (B, L, H) hidden state at every step, 0 at padded steps
+  TensorT<T> final;   // (B, H) hidden state after each sequence's own last token
+};
+
+/// The LSTM recurrence as a function of its weights (the layer calls it; tests
+/// gradcheck it with respect to every input). Gates in the order i, f, g, o
+/// (PyTorch's), each a block of H columns of w_ih, w_hh and b:
+///   z_t = x_t W_ih + b + h_{t-1} W_hh,  [i f g o] = [s s tanh s](z_t)
+///   c_new = f * c_{t-1} + i * g,        h_new = o * tanh(c_new)
+///   c_t = m_t c_new + (1 - m_t) c_{t-1}, h_t = m_t h_new + (1 - m_t) h_{t-1}
+/// with mask m_t = [t < length] per sample and h, c starting at zero. reverse
+/// runs t = L-1 .. 0, so each sequence starts at its own last token.
+/// x: (B, L, d), w_ih: (d, 4H), w_hh: (H, 4H), b: (4H); lengths (B) in [1, L].
+template <class T>
+LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const TensorT<T>& w_hh,
+                             const TensorT<T>& b, const std::vector<std::int32_t>& lengths, bool reverse = false);
+
+/// One LSTM direction. Weights U(-1/sqrt(H), 1/sqrt(H)) as in PyTorch; the
+/// single bias (PyTorch keeps two, b_ih + b_hh) is drawn from the same
+/// uniform, forget-gate block included (no +1 forget bias offset).
+template <class T>
+class LstmT final : public ModuleT<T> {
+ public:
+  LstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "lstm");
+  using Output = LstmOutputT<T>;
+  /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
+  /// sequence's own last token back to 0.
+  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool reverse = false);
+  /// {w_ih (input, 4H), w_hh (H, 4H), b (4H)}
+  std::vector<TensorT<T>> parameters() const override;
+  std::size_t input_size() const { return input_; }
+  std::size_t hidden_size() const { return hidden_; }
+
+ private:
+  std::size_t input_, hidden_;
+  TensorT<T> w_ih_, w_hh_, b_;
+};
+
+/// Two LSTM directions over the same input, outputs joined feature-wise.
+template <class T>
+class BiLstmT final : public ModuleT<T> {
+ public:
+  BiLstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "bilstm");
+  struct Output {
+    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps)
+    TensorT<T> final;   // (B, 2H): [forward final, backward final]
+  };
+  /// x (B, L, input); lengths (B) in [1, L]. The backward final state is the
+  /// state after reading each sequence from its own last token down to 0.
+  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths);
+  /// The forward direction's {w_ih, w_hh, b}, then the backward direction's.
+  std::vector<TensorT<T>> parameters() const override;
+  std::size_t hidden_size() const { return fwd_.hidden_size(); }
+
+ private:
+  LstmT<T> fwd_, bwd_;
+};
+
+using Lstm = LstmT<float>;
+using BiLstm = BiLstmT<float>;
+
+}  // namespace dpgrad

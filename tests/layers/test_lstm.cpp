@@ -1,2 +1,378 @@
-// placeholder
+// Tests of the LSTM and BiLSTM layers: gradchecks (both modes) on padded
+// batches, padding invariance, the reverse direction against a reversed input,
+// per-sample independence, one step against the formulas, sizes and errors.
 #include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "engine/ops.hpp"
+#include "engine/tape.hpp"
+#include "layers/lstm.hpp"
+#include "support/check.hpp"
+
+using namespace dpgrad;
+using test::randn;
+using D = TensorT<double>;
+using A = ArrayT<double>;
+using Lengths = std::vector<std::int32_t>;
+
+namespace {
+
+struct Weights {
+  A w_ih, w_hh, b;  // (d, 4H), (H, 4H), (4H)
+};
+
+Weights random_weights(std::size_t d, std::size_t h, Rng& rng) {
+  return {randn<double>({d, 4 * h}, rng, 0.6), randn<double>({h, 4 * h}, rng, 0.6), randn<double>({4 * h}, rng, 0.3)};
+}
+
+/// states and final flattened into one vector: one output for gradcheck.
+template <class Output>
+D flat(const Output& out) {
+  return concat<double>({reshape(out.states, {out.states.size()}), reshape(out.final, {out.final.size()})}, 0);
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-3}); }
+
+double dot(const A& a, const A& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a.data()[i] * b.data()[i];
+  return s;
+}
+
+/// Derivatives of a layer with respect to its own parameters (which gradcheck
+/// cannot reach): <u, J v> by central differences against reverse mode, and
+/// forward mode (tangents seeded on the parameters) against reverse mode.
+void check_parameter_derivatives(const std::vector<D>& params, const std::function<D()>& run, std::uint64_t seed) {
+  FastRng rng(seed);
+  std::vector<A> v;
+  for (const auto& p : params) v.push_back(randn<double>(p.shape(), rng));
+  A y0;
+  {
+    NoRecordScope<double> none;
+    y0 = run().value();
+  }
+  A u = randn<double>(shape_of(y0), rng);
+
+  double rev = 0;
+  {
+    TapeT<double> tape;
+    RecordScope<double> scope(tape);
+    for (auto p : params) p.zero_grad();
+    D y = run();
+    tape.backward(y, u);
+    for (std::size_t i = 0; i < params.size(); ++i) rev += dot(params[i].grad(), v[i]);
+  }
+
+  double fwd = 0;
+  {
+    NoRecordScope<double> none;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      Shape s{1};
+      s.insert(s.end(), v[i].shape().begin(), v[i].shape().end());
+      A t = v[i];
+      t.reshape(s);
+      D p = params[i];
+      p.set_tangent(t);
+    }
+    D y = run();
+    REQUIRE(y.has_tangent());
+    fwd = dot(u, A(xt::view(y.tangent(), 0)));
+    for (auto p : params) p.clear_tangent();
+  }
+
+  const double e = 1e-6;
+  auto shifted = [&](double by) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      D p = params[i];
+      p.mutable_value() += by * v[i];
+    }
+    NoRecordScope<double> none;
+    return A(run().value());
+  };
+  A plus = shifted(e);
+  A minus = shifted(-2 * e);
+  shifted(e);
+  double fd = dot(u, A((plus - minus) / (2 * e)));
+  INFO("reverse " << rev << ", forward " << fwd << ", finite differences " << fd);
+  CHECK(rel(rev, fd) < 1e-6);
+  CHECK(rel(fwd, rev) < 1e-10);
+}
+
+/// Valid steps (t < length) of `states` (B, L, H) agree, padded steps are zero in both.
+void check_states_agree(const A& a, const A& b, const Lengths& lengths, double rtol) {
+  REQUIRE(a.shape()[0] == b.shape()[0]);
+  for (std::size_t n = 0; n < lengths.size(); ++n) {
+    CAPTURE(n);
+    std::size_t len = std::size_t(lengths[n]);
+    A va = xt::view(a, n, xt::range(0, len), xt::all()), vb = xt::view(b, n, xt::range(0, len), xt::all());
+    DPGRAD_CHECK_CLOSE(va, vb, rtol);
+    for (const A* s : {&a, &b})
+      for (std::size_t t = len; t < s->shape()[1]; ++t)
+        for (std::size_t j = 0; j < s->shape()[2]; ++j) CHECK((*s)(n, t, j) == 0.0);
+  }
+}
+
+double sig(double z) { return 1 / (1 + std::exp(-z)); }
+
+}  // namespace
+
+TEST_CASE("LSTM: gradchecks of the recurrence (vjp, jvp), forward and reverse, padded batches") {
+  FastRng rng(101);
+  const std::size_t d = 3, h = 2;
+  struct Case {
+    std::size_t b, l;
+    Lengths lengths;
+  };
+  for (const auto& c : {Case{1, 1, {1}}, Case{1, 4, {4}}, Case{1, 4, {2}}, Case{3, 1, {1, 1, 1}},
+                        Case{3, 4, {4, 1, 3}}, Case{3, 4, {2, 3, 1}}}) {
+    Weights w = random_weights(d, h, rng);
+    A x = randn<double>({c.b, c.l, d}, rng);
+    for (bool reverse : {false, true}) {
+      CAPTURE(c.b);
+      CAPTURE(c.l);
+      CAPTURE(c.lengths[0]);
+      CAPTURE(reverse);
+      auto f = [&](const std::vector<D>& v) { return flat(lstm_sequence(v[0], v[1], v[2], v[3], c.lengths, reverse)); };
+      DPGRAD_CHECK_GRADS(gradcheck(f, {x, w.w_ih, w.w_hh, w.b}));
+    }
+  }
+}
+
+TEST_CASE("LSTM: the layer's derivatives with respect to its own parameters and input") {
+  FastRng rng(102);
+  LstmT<double> lstm(3, 2, rng);
+  A x = randn<double>({3, 4, 3}, rng);
+  Lengths lengths = {3, 4, 1};
+  for (bool reverse : {false, true}) {
+    CAPTURE(reverse);
+    DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return flat(lstm.forward(v[0], lengths, reverse)); }, {x}));
+    check_parameter_derivatives(lstm.parameters(), [&] { return flat(lstm.forward(D(x), lengths, reverse)); }, 7);
+  }
+}
+
+TEST_CASE("BiLSTM: gradchecks with respect to the input and to both directions' parameters") {
+  FastRng rng(103);
+  BiLstmT<double> bi(3, 2, rng);
+  struct Case {
+    std::size_t b, l;
+    Lengths lengths;
+  };
+  for (const auto& c : {Case{1, 1, {1}}, Case{1, 4, {3}}, Case{3, 4, {4, 2, 1}}, Case{3, 4, {1, 3, 2}}}) {
+    CAPTURE(c.b);
+    CAPTURE(c.l);
+    A x = randn<double>({c.b, c.l, 3}, rng);
+    DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return flat(bi.forward(v[0], c.lengths)); }, {x}));
+    check_parameter_derivatives(bi.parameters(), [&] { return flat(bi.forward(D(x), c.lengths)); }, 11);
+  }
+}
+
+TEST_CASE("BiLSTM: output is [forward, backward] of the two directions") {
+  FastRng rng(104);
+  BiLstmT<double> bi(3, 2, rng);
+  auto p = bi.parameters();
+  REQUIRE(p.size() == 6);
+  A x = randn<double>({3, 4, 3}, rng);
+  Lengths lengths = {2, 4, 3};
+  NoRecordScope<double> none;
+  auto out = bi.forward(D(x), lengths);
+  auto f = lstm_sequence(D(x), p[0], p[1], p[2], lengths, false);
+  auto r = lstm_sequence(D(x), p[3], p[4], p[5], lengths, true);
+  CHECK(out.states.shape() == Shape{3, 4, 4});
+  CHECK(out.final.shape() == Shape{3, 4});
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.states.value(), xt::all(), xt::all(), xt::range(0, 2))), f.states.value(), 0.0);
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.states.value(), xt::all(), xt::all(), xt::range(2, 4))), r.states.value(), 0.0);
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.final.value(), xt::all(), xt::range(0, 2))), f.final.value(), 0.0);
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.final.value(), xt::all(), xt::range(2, 4))), r.final.value(), 0.0);
+  // the two directions differ (different weights, different order)
+  CHECK(xt::amax(xt::abs(f.final.value() - r.final.value()))() > 1e-3);
+}
+
+TEST_CASE("LSTM: padding invariance (junk in padded positions, extra padded steps)") {
+  FastRng rng(105);
+  const std::size_t d = 3, h = 2;
+  LstmT<double> lstm(d, h, rng);
+  BiLstmT<double> bi(d, h, rng);
+  Lengths lengths = {4, 2, 3};
+  A x = randn<double>({3, 4, d}, rng);
+  // same valid tokens, junk at every padded position, and 3 extra padded steps
+  A x_ext = randn<double>({3, 7, d}, rng, 10.0);
+  for (std::size_t n = 0; n < 3; ++n)
+    for (std::size_t t = 0; t < std::size_t(lengths[n]); ++t)
+      for (std::size_t j = 0; j < d; ++j) x_ext(n, t, j) = x(n, t, j);
+  NoRecordScope<double> none;
+  for (bool reverse : {false, true}) {
+    CAPTURE(reverse);
+    auto a = lstm.forward(D(x), lengths, reverse);
+    auto b = lstm.forward(D(x_ext), lengths, reverse);
+    CHECK(b.states.shape() == Shape{3, 7, h});
+    DPGRAD_CHECK_CLOSE(a.final.value(), b.final.value(), 1e-12);
+    check_states_agree(a.states.value(), b.states.value(), lengths, 1e-12);
+  }
+  auto a = bi.forward(D(x), lengths);
+  auto b = bi.forward(D(x_ext), lengths);
+  DPGRAD_CHECK_CLOSE(a.final.value(), b.final.value(), 1e-12);
+  check_states_agree(a.states.value(), b.states.value(), lengths, 1e-12);
+}
+
+TEST_CASE("LSTM: the reverse direction equals the forward one on each sequence reversed within its length") {
+  FastRng rng(106);
+  const std::size_t d = 3, h = 2, l = 5;
+  LstmT<double> lstm(d, h, rng);
+  Lengths lengths = {5, 1, 3, 4};
+  A x = randn<double>({4, l, d}, rng);
+  A x_rev = randn<double>({4, l, d}, rng);  // padded positions: other junk
+  for (std::size_t n = 0; n < 4; ++n) {
+    std::size_t len = std::size_t(lengths[n]);
+    for (std::size_t t = 0; t < len; ++t)
+      for (std::size_t j = 0; j < d; ++j) x_rev(n, t, j) = x(n, len - 1 - t, j);
+  }
+  NoRecordScope<double> none;
+  auto r = lstm.forward(D(x), lengths, true);
+  auto f = lstm.forward(D(x_rev), lengths, false);
+  DPGRAD_CHECK_CLOSE(r.final.value(), f.final.value(), 1e-12);
+  // state of the reverse pass at t = state of the forward pass over the reversed sequence at len-1-t
+  for (std::size_t n = 0; n < 4; ++n) {
+    std::size_t len = std::size_t(lengths[n]);
+    for (std::size_t t = 0; t < len; ++t)
+      for (std::size_t j = 0; j < h; ++j)
+        CHECK(r.states.value()(n, t, j) == doctest::Approx(f.states.value()(n, len - 1 - t, j)).epsilon(1e-12));
+    for (std::size_t t = len; t < l; ++t)
+      for (std::size_t j = 0; j < h; ++j) CHECK(r.states.value()(n, t, j) == 0.0);
+  }
+  // the reverse final state is the state at t = 0
+  DPGRAD_CHECK_CLOSE(A(xt::view(r.states.value(), xt::all(), 0, xt::all())), r.final.value(), 0.0);
+}
+
+TEST_CASE("LSTM: per-sample independence (other samples' tokens and lengths do not matter)") {
+  FastRng rng(107);
+  const std::size_t d = 3, h = 2, l = 4;
+  BiLstmT<double> bi(d, h, rng);
+  A x = randn<double>({3, l, d}, rng);
+  A y = randn<double>({3, l, d}, rng);  // samples 0 and 2 replaced, sample 1 kept
+  xt::view(y, 1, xt::all(), xt::all()) = xt::view(x, 1, xt::all(), xt::all());
+  A alone = xt::view(x, xt::range(1, 2), xt::all(), xt::all());
+  NoRecordScope<double> none;
+  auto a = bi.forward(D(x), {4, 2, 3});
+  auto b = bi.forward(D(y), {1, 2, 4});
+  auto c = bi.forward(D(alone), {2});
+  auto row = [](const D& t) { return A(xt::view(t.value(), xt::range(1, 2))); };
+  DPGRAD_CHECK_CLOSE(row(a.final), row(b.final), 1e-12);
+  DPGRAD_CHECK_CLOSE(row(a.states), row(b.states), 1e-12);
+  DPGRAD_CHECK_CLOSE(row(a.final), c.final.value(), 1e-12);
+  DPGRAD_CHECK_CLOSE(row(a.states), c.states.value(), 1e-12);
+}
+
+TEST_CASE("LSTM: two steps against the formulas with known weights (gate order i, f, g, o)") {
+  FastRng rng(108);
+  const std::size_t d = 2, h = 2;
+  LstmT<double> lstm(d, h, rng);
+  auto p = lstm.parameters();
+  // w_ih (2, 8), w_hh (2, 8), b (8): column blocks [i | f | g | o], H = 2 each
+  A w_ih = {{0.1, -0.2, 0.3, 0.4, -0.5, 0.6, 0.7, -0.8}, {0.2, 0.1, -0.3, 0.5, 0.4, -0.6, 0.1, 0.3}};
+  A w_hh = {{0.5, -0.1, 0.2, 0.3, 0.6, -0.4, -0.2, 0.1}, {-0.3, 0.4, 0.1, -0.2, 0.2, 0.5, 0.3, -0.6}};
+  A b = {0.05, -0.1, 0.2, 0.0, -0.05, 0.1, 0.15, -0.2};
+  D(p[0]).mutable_value() = w_ih;
+  D(p[1]).mutable_value() = w_hh;
+  D(p[2]).mutable_value() = b;
+  A x = {{{1.0, -0.5}, {0.3, 2.0}}};  // (1, 2, 2)
+
+  // reference: the textbook equations, one scalar at a time
+  double hs[2] = {0, 0}, cs[2] = {0, 0};
+  A expect_states = xt::zeros<double>({std::size_t(1), std::size_t(2), h});
+  for (std::size_t t = 0; t < 2; ++t) {
+    double z[8];
+    for (std::size_t j = 0; j < 8; ++j) {
+      z[j] = b(j);
+      for (std::size_t k = 0; k < d; ++k) z[j] += x(0, t, k) * w_ih(k, j);
+      for (std::size_t k = 0; k < h; ++k) z[j] += hs[k] * w_hh(k, j);
+    }
+    for (std::size_t u = 0; u < h; ++u) {
+      double i = sig(z[u]), f = sig(z[h + u]), g = std::tanh(z[2 * h + u]), o = sig(z[3 * h + u]);
+      cs[u] = f * cs[u] + i * g;
+      hs[u] = o * std::tanh(cs[u]);
+      expect_states(0, t, u) = hs[u];
+    }
+  }
+  NoRecordScope<double> none;
+  auto out = lstm.forward(D(x), {2});
+  DPGRAD_CHECK_CLOSE(out.states.value(), expect_states, 1e-14);
+  DPGRAD_CHECK_CLOSE(out.final.value(), (A{{hs[0], hs[1]}}), 1e-14);
+  // first step by hand for unit 0: z_i = 0.05 + 1*0.1 - 0.5*0.2 = 0.05, z_f = 0.2 + 0.3 + 0.15 = 0.65,
+  // z_g = -0.05 - 0.5 - 0.2 = -0.75, z_o = 0.15 + 0.7 - 0.05 = 0.8; c = i g; h = o tanh(c)
+  double c0 = sig(0.05) * std::tanh(-0.75);
+  CHECK(out.states.value()(0, 0, 0) == doctest::Approx(sig(0.8) * std::tanh(c0)).epsilon(1e-14));
+}
+
+TEST_CASE("LSTM: parameter shapes, names, initialisation and the bilstm598k count") {
+  FastRng rng(109);
+  Lstm lstm(64, 64, rng);
+  auto p = lstm.parameters();
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].shape() == Shape{64, 256});
+  CHECK(p[1].shape() == Shape{64, 256});
+  CHECK(p[2].shape() == Shape{256});
+  CHECK(p[0].name() == "lstm.weight_ih");
+  CHECK(p[2].name() == "lstm.bias");
+  CHECK(lstm.parameter_count() == 33024);
+  const double bound = 1.0 / 8.0;  // 1 / sqrt(H)
+  for (const auto& t : p) {
+    CHECK(t.is_parameter());
+    double m = xt::amax(xt::abs(t.value()))();
+    CHECK(m <= bound);
+    CHECK(m > 0.9 * bound);
+  }
+  BiLstm bi(64, 64, rng);
+  CHECK(bi.parameter_count() == 66048);
+  CHECK(bi.parameters()[3].name() == "bilstm.backward.weight_ih");
+  // Embedding(8185, 64) + BiLSTM(64 -> 64) + Dense(128 -> 64) + Dense(64 -> 2)
+  CHECK(8185 * 64 + bi.parameter_count() + (128 * 64 + 64) + (64 * 2 + 2) == 598274);
+}
+
+TEST_CASE("LSTM: uses recorded for per-sample gradients (w_ih and b once, w_hh once per later step)") {
+  FastRng rng(110);
+  LstmT<double> lstm(3, 2, rng);
+  A x = randn<double>({2, 5, 3}, rng);
+  TapeT<double> tape;
+  tape.record_uses(true);
+  RecordScope<double> scope(tape);
+  auto out = lstm.forward(D(x), {3, 4});  // steps 0..3 run; step 4 is padding for both
+  auto p = lstm.parameters();
+  REQUIRE(tape.uses().size() == 3);
+  for (const auto& group : tape.uses()) {
+    if (group.param.get() == p[1].node()) CHECK(group.uses.size() == 3);  // h_0 = 0 needs no w_hh
+    else CHECK(group.uses.size() == 1);
+  }
+}
+
+TEST_CASE("LSTM: float instantiation and an empty batch") {
+  FastRng rng(111);
+  BiLstm bi(3, 4, rng);
+  ArrayT<float> x = randn<float>({2, 3, 3}, rng);
+  auto out = bi.forward(Tensor(x), {3, 1});
+  CHECK(out.states.shape() == Shape{2, 3, 8});
+  CHECK(out.final.shape() == Shape{2, 8});
+  for (float v : out.final.value()) CHECK(std::isfinite(v));
+  auto empty = bi.forward(Tensor(ArrayT<float>(xt::zeros<float>({std::size_t(0), std::size_t(3), std::size_t(3)}))), {});
+  CHECK(empty.states.shape() == Shape{0, 3, 8});
+  CHECK(empty.final.shape() == Shape{0, 8});
+}
+
+TEST_CASE("LSTM: bad input throws std::invalid_argument") {
+  FastRng rng(112);
+  LstmT<double> lstm(3, 2, rng);
+  A x = randn<double>({2, 4, 3}, rng);
+  CHECK_THROWS_AS(lstm.forward(D(x), {4}), std::invalid_argument);          // too few lengths
+  CHECK_THROWS_AS(lstm.forward(D(x), {4, 4, 4}), std::invalid_argument);    // too many
+  CHECK_THROWS_AS(lstm.forward(D(x), {0, 4}), std::invalid_argument);       // empty sequence
+  CHECK_THROWS_AS(lstm.forward(D(x), {-1, 4}), std::invalid_argument);
+  CHECK_THROWS_AS(lstm.forward(D(x), {5, 4}), std::invalid_argument);       // longer than L
+  CHECK_THROWS_WITH_AS(lstm.forward(D(x), {2, 5}), doctest::Contains("outside [1, 4]"), std::invalid_argument);
+  CHECK_THROWS_AS(lstm.forward(D(A(xt::zeros<double>({2, 3}))), {1, 1}), std::invalid_argument);     // not (B, L, d)
+  CHECK_THROWS_AS(lstm.forward(D(A(xt::zeros<double>({2, 4, 5}))), {1, 1}), std::invalid_argument);  // wrong d
+  CHECK_THROWS_AS(LstmT<double>(0, 2, rng), std::invalid_argument);
+  CHECK_THROWS_AS(LstmT<double>(3, 0, rng), std::invalid_argument);
+  BiLstmT<double> bi(3, 2, rng);
+  CHECK_THROWS_AS(bi.forward(D(x), {1, 9}), std::invalid_argument);
+}
