@@ -161,15 +161,18 @@ ArrayT<T> materialise(const ParamUses<T>& g, std::size_t batch) {
   Shape s{batch};
   const auto& ps = g.param->value.shape();
   s.insert(s.end(), ps.begin(), ps.end());
-  ArrayT<T> out = xt::zeros<T>(s);
+  // matmul: the first use writes with beta = 0, so the buffer needs no zeroing
+  ArrayT<T> out = ArrayT<T>::from_shape(s);
+  if (kind_of(g) != UseKind::matmul) out.fill(T(0));
   std::size_t block = g.param->value.size();
-  for (const auto& v : vs) {
+  for (std::size_t u = 0; u < vs.size(); ++u) {
+    const auto& v = vs[u];
     for (std::size_t i = 0; i < batch; ++i) {
       T* gi = out.data() + i * block;
       const T* delta = v.delta + i * v.steps * p;
       switch (kind_of(g)) {
         case UseKind::matmul:
-          blas::gemm<T>(true, false, d, p, v.steps, T(1), v.a + i * v.steps * d, delta, T(1), gi);
+          blas::gemm<T>(true, false, d, p, v.steps, T(1), v.a + i * v.steps * d, delta, u == 0 ? T(0) : T(1), gi);
           break;
         case UseKind::bias:
           for (std::size_t t = 0; t < v.steps; ++t)
