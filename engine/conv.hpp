@@ -1,2 +1,76 @@
-// placeholder
+// Convolution and pooling primitives on channels-last images x (B, H, W, C).
+// A convolution is im2col followed by the parametric op `linear`, so linear's
+// per-sample rules (a use with the patches as activations, T = Ho*Wo) cover
+// convolutions without a rule of their own. Geometry helpers compute padding.
 #pragma once
+
+#include <cstddef>
+
+#include "engine/tensor.hpp"
+
+namespace dpgrad {
+
+/// Zero padding added around an image, in pixels.
+struct Pad2d {
+  std::size_t top = 0, bottom = 0, left = 0, right = 0;
+  bool operator==(const Pad2d&) const = default;
+};
+
+enum class PaddingMode { same, valid, explicit_pads };
+
+/// How a layer pads: 'same' (TensorFlow's convention), 'valid' (none) or fixed amounts.
+struct Padding {
+  PaddingMode mode = PaddingMode::valid;
+  Pad2d pads{};  // used by explicit_pads only
+  static Padding same() { return {PaddingMode::same, {}}; }
+  static Padding valid() { return {PaddingMode::valid, {}}; }
+  static Padding explicit_pads(std::size_t top, std::size_t bottom, std::size_t left, std::size_t right) {
+    return {PaddingMode::explicit_pads, {top, bottom, left, right}};
+  }
+};
+
+struct Pad1d {
+  std::size_t before = 0, after = 0;
+};
+
+/// One spatial axis of 'same' padding (TF): out = ceil(in / stride),
+/// total = max((out - 1) * stride + k - in, 0), the smaller half before.
+/// Throws std::invalid_argument on k or stride 0.
+Pad1d same_padding(std::size_t in, std::size_t kernel, std::size_t stride);
+
+/// The pads `padding` gives for an (h, w) image and a (kh, kw) kernel with strides (sh, sw).
+Pad2d resolve_padding(const Padding& padding, std::size_t h, std::size_t w, std::size_t kh, std::size_t kw,
+                      std::size_t sh, std::size_t sw);
+
+/// Output length of a window sweep: floor((in + before + after - k) / stride) + 1.
+/// 'valid' is the case of no padding. Throws when the padded input is shorter than k.
+std::size_t window_output_size(std::size_t in, std::size_t kernel, std::size_t stride, std::size_t before = 0,
+                               std::size_t after = 0);
+
+/// Patches of x (B, H, W, C) -> (B, Ho*Wo, kh*kw*C), zero-padded by `pad`; a patch
+/// row is ordered (i, j, c) over the window, matching weights (kh*kw*C, Cout).
+/// Linear in x: vjp = col2im (scatter-add of patches), jvp = im2col of the tangents.
+template <class T>
+TensorT<T> im2col(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
+                  std::size_t stride_w, Pad2d pad = {});
+
+/// Composite (no rules of its own): reshape(linear(im2col(x), w, b)) ->
+/// (B, Ho, Wo, Cout) for x (B, H, W, C), w (kh*kw*C, Cout), b (Cout) or undefined.
+template <class T>
+TensorT<T> conv2d(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b, std::size_t kernel_h,
+                  std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad = {});
+
+/// Max over 'valid' windows: x (B, H, W, C) -> (B, Ho, Wo, C), channel by channel.
+/// d out / d x = 1 at the window's argmax, 0 elsewhere. Ties (a kink): the first
+/// maximum in row-major window order wins and the derivative is taken there.
+template <class T>
+TensorT<T> max_pool2d(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
+                      std::size_t stride_w);
+
+/// Square window and stride.
+template <class T>
+TensorT<T> max_pool2d(const TensorT<T>& x, std::size_t kernel, std::size_t stride) {
+  return max_pool2d(x, kernel, kernel, stride, stride);
+}
+
+}  // namespace dpgrad

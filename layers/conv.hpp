@@ -1,2 +1,60 @@
-// placeholder
+// Convolutional layers on channels-last images (B, H, W, C): Conv2d (im2col +
+// linear, so per-sample rules come from linear), MaxPool2d, and a Reshape that
+// turns loader images (B, 1, R, C) into (B, R, C, 1).
 #pragma once
+
+#include <string>
+
+#include "engine/conv.hpp"
+#include "layers/module.hpp"
+
+namespace dpgrad {
+
+/// y = conv(x, W) + b: x (B, H, W, Cin) -> (B, Ho, Wo, Cout). W is stored as
+/// (kh*kw*Cin, Cout), the GEMM's orientation (rows ordered (i, j, cin)); b (Cout).
+template <class T>
+class Conv2dT final : public LayerT<T> {
+ public:
+  Conv2dT(std::size_t in_channels, std::size_t out_channels, std::size_t kernel_h, std::size_t kernel_w,
+          std::size_t stride, Padding padding, Rng& rng, const std::string& name = "conv", bool bias = true);
+  TensorT<T> forward(const TensorT<T>& x) override;
+  std::vector<TensorT<T>> parameters() const override;
+  /// (B, H, W, Cin) -> (B, Ho, Wo, Cout); throws on a bad input shape.
+  Shape output_shape(const Shape& in) const;
+  const TensorT<T>& weight() const { return w_; }
+  const TensorT<T>& bias() const { return b_; }
+
+ private:
+  Pad2d pads(const Shape& in) const;
+  std::size_t cin_, cout_, kh_, kw_, stride_;
+  Padding padding_;
+  std::string name_;
+  TensorT<T> w_, b_;
+};
+
+/// Max over 'valid' kernel x kernel windows: (B, H, W, C) -> (B, Ho, Wo, C).
+template <class T>
+class MaxPool2dT final : public LayerT<T> {
+ public:
+  MaxPool2dT(std::size_t kernel, std::size_t stride);
+  TensorT<T> forward(const TensorT<T>& x) override;
+
+ private:
+  std::size_t kernel_, stride_;
+};
+
+/// (B, ...) -> (B, ...sample_shape), same elements: e.g. (B, 1, 28, 28) -> (B, 28, 28, 1).
+template <class T>
+class ReshapeT final : public LayerT<T> {
+ public:
+  explicit ReshapeT(Shape sample_shape);
+  TensorT<T> forward(const TensorT<T>& x) override;
+
+ private:
+  Shape sample_;
+};
+
+using Conv2d = Conv2dT<float>;
+using MaxPool2d = MaxPool2dT<float>;
+
+}  // namespace dpgrad

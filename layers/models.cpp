@@ -1,1 +1,136 @@
-// placeholder
+// Benchmark model factories: Sequential stacks for the image models, and the
+// BiLSTM text classifier (Embedding -> BiLSTM -> Dense -> Dense) as a ModelT
+// over token batches.
+#include "layers/models.hpp"
+
+#include <stdexcept>
+
+#include "engine/ops.hpp"
+#include "layers/conv.hpp"
+#include "layers/embedding.hpp"
+#include "layers/lstm.hpp"
+
+namespace dpgrad {
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t> sizes, Activation act, Rng& rng) {
+  if (sizes.size() < 2) throw std::invalid_argument("make_mlp: needs at least an input and an output size");
+  SequentialT<T> net;
+  net.template emplace<FlattenT<T>>();
+  for (std::size_t i = 0; i + 1 < sizes.size(); ++i) {
+    net.template emplace<DenseT<T>>(sizes[i], sizes[i + 1], rng, "dense" + std::to_string(i + 1));
+    if (i + 2 < sizes.size()) net.template emplace<ActivationT<T>>(act);
+  }
+  return std::make_unique<FeatureModelT<T>>("mlp", std::move(net));
+}
+
+namespace {
+/// (B, 1, 28, 28) -> (B, 512): the convolutional trunk shared by cnn26k and cnn17m.
+template <class T>
+void add_cnn_trunk(SequentialT<T>& net, Activation act, Rng& rng) {
+  net.template emplace<ReshapeT<T>>(Shape{28, 28, 1});
+  net.template emplace<Conv2dT<T>>(1, 16, 8, 8, 2, Padding::same(), rng, "conv1");    // (B, 14, 14, 16)
+  net.template emplace<ActivationT<T>>(act);
+  net.template emplace<MaxPool2dT<T>>(2, 1);                                          // (B, 13, 13, 16)
+  net.template emplace<Conv2dT<T>>(16, 32, 4, 4, 2, Padding::valid(), rng, "conv2");  // (B, 5, 5, 32)
+  net.template emplace<ActivationT<T>>(act);
+  net.template emplace<MaxPool2dT<T>>(2, 1);                                          // (B, 4, 4, 32)
+  net.template emplace<FlattenT<T>>();                                                // (B, 512)
+}
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_cnn26k(Activation act, Rng& rng) {
+  SequentialT<T> net;
+  add_cnn_trunk(net, act, rng);
+  net.template emplace<DenseT<T>>(512, 32, rng, "dense1");
+  net.template emplace<ActivationT<T>>(act);
+  net.template emplace<DenseT<T>>(32, 10, rng, "dense2");
+  return std::make_unique<FeatureModelT<T>>("cnn26k", std::move(net));
+}
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng) {
+  SequentialT<T> net;
+  add_cnn_trunk(net, act, rng);
+  net.template emplace<DenseT<T>>(512, 32768, rng, "dense1");
+  net.template emplace<ActivationT<T>>(act);
+  net.template emplace<DenseT<T>>(32768, 10, rng, "dense2");
+  return std::make_unique<FeatureModelT<T>>("cnn17m", std::move(net));
+}
+
+namespace {
+/// Embedding -> BiLSTM final states -> Dense ReLU -> Dense, over batch.tokens (B, L).
+template <class T>
+class BiLstmClassifierT final : public ModelT<T> {
+ public:
+  BiLstmClassifierT(std::size_t vocab, std::size_t embed, std::size_t hidden, std::size_t dense, std::size_t classes,
+                    Rng& rng)
+      : embedding_(vocab, embed, rng, "embedding", 0),
+        lstm_(embed, hidden, rng, "bilstm"),
+        dense1_(2 * hidden, dense, rng, "dense1"),
+        dense2_(dense, classes, rng, "dense2") {}
+
+  TensorT<T> forward(const BatchT<T>& batch) override {
+    const auto& ids = batch.tokens;
+    if (ids.dimension() != 2)
+      throw std::invalid_argument("bilstm598k: batch.tokens must be (B, L), got " + std::to_string(ids.dimension()) +
+                                  " axes");
+    std::vector<std::int32_t> lengths = batch.lengths;
+    if (lengths.empty()) lengths.assign(ids.shape()[0], std::int32_t(ids.shape()[1]));  // unpadded batch
+    if (lengths.size() != ids.shape()[0])
+      throw std::invalid_argument("bilstm598k: " + std::to_string(lengths.size()) + " lengths for " +
+                                  std::to_string(ids.shape()[0]) + " sequences");
+    TensorT<T> x = embedding_.forward(ids);        // (B, L, 64)
+    TensorT<T> h = lstm_.forward(x, lengths).final;  // (B, 128)
+    return dense2_.forward(relu(dense1_.forward(h)));  // (B, 2)
+  }
+  std::vector<TensorT<T>> parameters() const override {
+    std::vector<TensorT<T>> ps = embedding_.parameters();
+    for (const auto* m : std::initializer_list<const ModuleT<T>*>{&lstm_, &dense1_, &dense2_})
+      for (auto& p : m->parameters()) ps.push_back(p);
+    return ps;
+  }
+  void set_training(bool on) override {
+    this->training_ = on;
+    embedding_.set_training(on);
+    lstm_.set_training(on);
+    dense1_.set_training(on);
+    dense2_.set_training(on);
+  }
+  std::string name() const override { return "bilstm598k"; }
+
+ private:
+  EmbeddingT<T> embedding_;
+  BiLstmT<T> lstm_;
+  DenseT<T> dense1_, dense2_;
+};
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng) {
+  return std::make_unique<BiLstmClassifierT<T>>(8185, 64, 64, 64, 2, rng);
+}
+
+std::vector<std::string> model_names() { return {"mlp", "cnn26k", "cnn17m", "bilstm598k"}; }
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act,
+                                      std::vector<std::size_t> mlp_sizes) {
+  if (name == "mlp") return make_mlp<T>(std::move(mlp_sizes), act, rng);
+  if (name == "cnn26k") return make_cnn26k<T>(act, rng);
+  if (name == "cnn17m") return make_cnn17m<T>(act, rng);
+  if (name == "bilstm598k") return make_bilstm598k<T>(rng);
+  throw std::invalid_argument("unknown model '" + name + "' (mlp, cnn26k, cnn17m, bilstm598k)");
+}
+
+#define DPGRAD_INSTANTIATE(T)                                                                          \
+  template std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t>, Activation, Rng&);           \
+  template std::unique_ptr<ModelT<T>> make_cnn26k(Activation, Rng&);                                  \
+  template std::unique_ptr<ModelT<T>> make_cnn17m(Activation, Rng&);                                  \
+  template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&);                                          \
+  template std::unique_ptr<ModelT<T>> make_model(const std::string&, Rng&, Activation, std::vector<std::size_t>);
+DPGRAD_INSTANTIATE(float)
+DPGRAD_INSTANTIATE(double)
+
+}  // namespace dpgrad

@@ -1,2 +1,47 @@
-// placeholder
+// The benchmark models of the papers dpgrad reproduces, built from layers:
+// an MLP, cnn26k (26,010 parameters), cnn17m (17,146,938) on 28x28 images, and
+// bilstm598k (598,274) on token sequences. Every factory returns a ModelT.
 #pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/dense.hpp"
+#include "layers/module.hpp"
+
+namespace dpgrad {
+
+/// Flatten; Dense(sizes[0], sizes[1]) act; ...; Dense(sizes[n-2], sizes[n-1]) (no
+/// activation on the logits). Inputs (B, ...) with prod(...) = sizes[0], e.g. (B, 1, 28, 28).
+template <class T>
+std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t> sizes, Activation act, Rng& rng);
+
+/// Input (B, 1, 28, 28) -> Reshape (B, 28, 28, 1); Conv2d(16, 8x8, stride 2, same) act;
+/// MaxPool(2, stride 1); Conv2d(32, 4x4, stride 2, valid) act; MaxPool(2, stride 1);
+/// Flatten (512); Dense(32) act; Dense(10). 1040 + 8224 + 16416 + 330 = 26,010 parameters.
+template <class T>
+std::unique_ptr<ModelT<T>> make_cnn26k(Activation act, Rng& rng);
+
+/// cnn26k's convolutions (9,264 parameters) with one wide dense layer:
+/// Flatten (512); Dense(32768) act; Dense(10). 9264 + 16,809,984 + 327,690 =
+/// 17,146,938 parameters, the count of the JL paper's large CNN.
+template <class T>
+std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng);
+
+/// Tokens (B, L) padded with 0 and their lengths: Embedding(8185, 64, padding 0);
+/// bidirectional LSTM(64); [forward final, backward final] (128); Dense(64) ReLU;
+/// Dense(2). 523,840 + 66,048 + 8,256 + 130 = 598,274 parameters.
+template <class T>
+std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng);
+
+/// The names make_model knows: "mlp", "cnn26k", "cnn17m", "bilstm598k".
+std::vector<std::string> model_names();
+
+/// A model by name; `act` applies to mlp and the CNNs, `mlp_sizes` to mlp.
+/// Throws std::invalid_argument on an unknown name.
+template <class T>
+std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act = Activation::relu,
+                                      std::vector<std::size_t> mlp_sizes = {784, 256, 10});
+
+}  // namespace dpgrad

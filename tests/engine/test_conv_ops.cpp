@@ -1,2 +1,308 @@
-// placeholder
+// Convolution and pooling primitives: padding geometry, im2col and max_pool2d
+// values against naive loops, their gradient checks over many geometries, the
+// conv2d composite against a direct convolution, and bad input.
+#include <algorithm>
+#include <numeric>
+
 #include <doctest/doctest.h>
+
+#include "engine/conv.hpp"
+#include "engine/ops.hpp"
+#include "engine/tape.hpp"
+#include "support/check.hpp"
+
+using namespace dpgrad;
+using test::randn;
+using D = TensorT<double>;
+using A = ArrayT<double>;
+
+namespace {
+
+struct Geometry {
+  Shape x;  // (B, H, W, C)
+  std::size_t kh, kw, sh, sw;
+  Padding padding;
+};
+
+std::string shape_text(const Shape& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + ")";
+}
+
+Pad2d pads_of(const Geometry& g) { return resolve_padding(g.padding, g.x[1], g.x[2], g.kh, g.kw, g.sh, g.sw); }
+
+/// Stride 1 and 2, same / valid / explicit, non-square kernels and images, C > 1, batch 1 and 3.
+std::vector<Geometry> geometries() {
+  return {
+      {{1, 5, 5, 1}, 3, 3, 1, 1, Padding::valid()},
+      {{3, 5, 5, 1}, 3, 3, 1, 1, Padding::same()},
+      {{3, 5, 4, 2}, 3, 2, 2, 2, Padding::same()},
+      {{1, 6, 7, 3}, 2, 3, 2, 1, Padding::explicit_pads(1, 0, 2, 1)},
+      {{3, 4, 6, 2}, 3, 3, 2, 2, Padding::valid()},
+      {{1, 7, 5, 2}, 4, 2, 3, 2, Padding::same()},
+      {{3, 3, 3, 1}, 2, 2, 1, 1, Padding::explicit_pads(1, 1, 1, 1)},
+      {{1, 2, 2, 1}, 3, 3, 1, 1, Padding::same()},                   // kernel larger than the image
+      {{1, 3, 3, 2}, 1, 1, 2, 2, Padding::explicit_pads(2, 2, 0, 3)},  // pad wider than the kernel
+  };
+}
+
+/// The definition: cols[b, oy*Wo + ox, (i*kw + j)*C + c] = x[b, oy*sh + i - top, ox*sw + j - left, c] or 0.
+A naive_im2col(const A& x, std::size_t kh, std::size_t kw, std::size_t sh, std::size_t sw, Pad2d p) {
+  std::size_t B = x.shape()[0], H = x.shape()[1], W = x.shape()[2], C = x.shape()[3];
+  std::size_t ho = (H + p.top + p.bottom - kh) / sh + 1, wo = (W + p.left + p.right - kw) / sw + 1;
+  A r = xt::zeros<double>({B, ho * wo, kh * kw * C});
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t oy = 0; oy < ho; ++oy)
+      for (std::size_t ox = 0; ox < wo; ++ox)
+        for (std::size_t i = 0; i < kh; ++i)
+          for (std::size_t j = 0; j < kw; ++j)
+            for (std::size_t c = 0; c < C; ++c) {
+              long iy = long(oy * sh + i) - long(p.top), ix = long(ox * sw + j) - long(p.left);
+              if (iy >= 0 && iy < long(H) && ix >= 0 && ix < long(W))
+                r(b, oy * wo + ox, (i * kw + j) * C + c) = x(b, std::size_t(iy), std::size_t(ix), c);
+            }
+  return r;
+}
+
+/// Direct convolution (cross-correlation, as every DL library): w (kh*kw*C, Cout) rows ordered (i, j, c).
+template <class T>
+ArrayT<T> naive_conv(const ArrayT<T>& x, const ArrayT<T>& w, const ArrayT<T>& bias, std::size_t kh, std::size_t kw,
+                     std::size_t sh, std::size_t sw, Pad2d p) {
+  std::size_t B = x.shape()[0], H = x.shape()[1], W = x.shape()[2], C = x.shape()[3], F = w.shape()[1];
+  std::size_t ho = (H + p.top + p.bottom - kh) / sh + 1, wo = (W + p.left + p.right - kw) / sw + 1;
+  ArrayT<T> y = xt::zeros<T>({B, ho, wo, F});
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t oy = 0; oy < ho; ++oy)
+      for (std::size_t ox = 0; ox < wo; ++ox)
+        for (std::size_t f = 0; f < F; ++f) {
+          double s = bias(f);
+          for (std::size_t i = 0; i < kh; ++i)
+            for (std::size_t j = 0; j < kw; ++j) {
+              long iy = long(oy * sh + i) - long(p.top), ix = long(ox * sw + j) - long(p.left);
+              if (iy < 0 || iy >= long(H) || ix < 0 || ix >= long(W)) continue;
+              for (std::size_t c = 0; c < C; ++c)
+                s += double(x(b, std::size_t(iy), std::size_t(ix), c)) * double(w((i * kw + j) * C + c, f));
+            }
+          y(b, oy, ox, f) = T(s);
+        }
+  return y;
+}
+
+/// An image whose entries are a shuffled grid spaced by 0.1 (plus jitter far below
+/// the spacing): every pooling window has a maximum distinct by a margin.
+A distinct_values(const Shape& s, Rng& rng) {
+  std::size_t n = numel(s);
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  A a = A::from_shape(s);
+  for (std::size_t i = 0; i < n; ++i) a.data()[i] = 0.1 * (double(order[i]) - double(n) / 2) + 0.01 * rng.uniform();
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("conv geometry: 'same' (TF convention) and 'valid'") {
+  // 28 -> 14 with an 8x8 kernel, stride 2: total pad (14-1)*2 + 8 - 28 = 6
+  CHECK(same_padding(28, 8, 2).before == 3);
+  CHECK(same_padding(28, 8, 2).after == 3);
+  // odd total: the smaller half goes first
+  CHECK(same_padding(5, 2, 1).before == 0);
+  CHECK(same_padding(5, 2, 1).after == 1);
+  CHECK(same_padding(13, 4, 2).before == 1);  // out 7, total 3
+  CHECK(same_padding(13, 4, 2).after == 2);
+  CHECK(same_padding(4, 1, 3).before == 0);   // out 2, total max(3 + 1 - 4, 0) = 0
+  CHECK(same_padding(4, 1, 3).after == 0);
+  CHECK(same_padding(7, 3, 1).before == 1);
+  CHECK(same_padding(7, 3, 1).after == 1);
+  // out = ceil(in / stride) for 'same'; floor((in - k) / stride) + 1 for 'valid'
+  for (std::size_t in : {1, 2, 5, 13, 28})
+    for (std::size_t k : {1, 2, 3, 8})
+      for (std::size_t s : {1, 2, 3}) {
+        Pad1d p = same_padding(in, k, s);
+        CHECK(window_output_size(in, k, s, p.before, p.after) == (in + s - 1) / s);
+        if (in >= k) CHECK(window_output_size(in, k, s) == (in - k) / s + 1);
+      }
+  CHECK(window_output_size(13, 4, 2) == 5);
+  Pad2d p = resolve_padding(Padding::same(), 7, 5, 4, 2, 3, 2);
+  CHECK(p == Pad2d{1, 2, 0, 1});
+  CHECK(resolve_padding(Padding::valid(), 7, 5, 4, 2, 3, 2) == Pad2d{});
+  CHECK(resolve_padding(Padding::explicit_pads(1, 2, 3, 4), 7, 5, 4, 2, 3, 2) == Pad2d{1, 2, 3, 4});
+  CHECK_THROWS_AS(same_padding(5, 0, 1), std::invalid_argument);
+  CHECK_THROWS_AS(same_padding(5, 2, 0), std::invalid_argument);
+  CHECK_THROWS_AS(window_output_size(3, 4, 1), std::invalid_argument);
+  CHECK_THROWS_AS(window_output_size(3, 2, 0), std::invalid_argument);
+}
+
+TEST_CASE("im2col: values against the definition") {
+  FastRng rng(31);
+  NoRecordScope<double> none;
+  for (const auto& g : geometries()) {
+    CAPTURE(shape_text(g.x));
+    A x = randn<double>(g.x, rng);
+    Pad2d p = pads_of(g);
+    A got = im2col(D(x), g.kh, g.kw, g.sh, g.sw, p).value();
+    A want = naive_im2col(x, g.kh, g.kw, g.sh, g.sw, p);
+    REQUIRE(shape_of(got) == shape_of(want));
+    DPGRAD_CHECK_CLOSE(got, want, 0.0);
+  }
+  // an empty batch gives an empty batch of patches
+  A none_x = A::from_shape({0, 4, 4, 2});
+  CHECK(shape_of(im2col(D(none_x), 3, 3, 1, 1).value()) == Shape{0, 4, 18});
+}
+
+TEST_CASE("im2col: gradient checks") {
+  FastRng rng(32);
+  for (const auto& g : geometries()) {
+    CAPTURE(shape_text(g.x));
+    CAPTURE(g.kh);
+    CAPTURE(g.kw);
+    CAPTURE(g.sh);
+    CAPTURE(g.sw);
+    Pad2d p = pads_of(g);
+    A x = randn<double>(g.x, rng);
+    DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return im2col(v[0], g.kh, g.kw, g.sh, g.sw, p); }, {x}));
+  }
+}
+
+TEST_CASE("conv2d: values against a direct convolution, float and double") {
+  FastRng rng(33);
+  for (const auto& g : geometries()) {
+    CAPTURE(shape_text(g.x));
+    std::size_t f = 3, k = g.kh * g.kw * g.x[3];
+    Pad2d p = pads_of(g);
+    A x = randn<double>(g.x, rng), w = randn<double>({k, f}, rng), b = randn<double>({f}, rng);
+    {
+      NoRecordScope<double> none;
+      A got = conv2d(D(x), D(w), D(b), g.kh, g.kw, g.sh, g.sw, p).value();
+      A want = naive_conv(x, w, b, g.kh, g.kw, g.sh, g.sw, p);
+      REQUIRE(shape_of(got) == shape_of(want));
+      DPGRAD_CHECK_CLOSE(got, want, 1e-12);
+    }
+    {
+      NoRecordScope<float> none;
+      ArrayT<float> xf = xt::cast<float>(x), wf = xt::cast<float>(w), bf = xt::cast<float>(b);
+      ArrayT<float> got = conv2d(TensorT<float>(xf), TensorT<float>(wf), TensorT<float>(bf), g.kh, g.kw, g.sh, g.sw, p).value();
+      ArrayT<float> want = naive_conv(xf, wf, bf, g.kh, g.kw, g.sh, g.sw, p);
+      REQUIRE(shape_of(got) == shape_of(want));
+      std::string diff = test::mismatch(got, want, 1e-4, 1e-3);
+      INFO(diff);
+      CHECK(diff.empty());
+    }
+  }
+}
+
+TEST_CASE("conv2d: gradient checks with respect to x, W and b") {
+  FastRng rng(34);
+  for (const auto& g : geometries()) {
+    CAPTURE(shape_text(g.x));
+    std::size_t f = 2, k = g.kh * g.kw * g.x[3];
+    Pad2d p = pads_of(g);
+    A x = randn<double>(g.x, rng), w = randn<double>({k, f}, rng), b = randn<double>({f}, rng);
+    DPGRAD_CHECK_GRADS(gradcheck(
+        [&](const std::vector<D>& v) { return conv2d(v[0], v[1], v[2], g.kh, g.kw, g.sh, g.sw, p); }, {x, w, b}));
+    DPGRAD_CHECK_GRADS(gradcheck(
+        [&](const std::vector<D>& v) { return conv2d(v[0], v[1], D{}, g.kh, g.kw, g.sh, g.sw, p); }, {x, w}));
+  }
+}
+
+TEST_CASE("conv2d: linear records the weight use with the patches as activations") {
+  FastRng rng(35);
+  std::size_t B = 3, C = 2, F = 4, kh = 3, kw = 2;
+  A x = randn<double>({B, 5, 6, C}, rng), w = randn<double>({kh * kw * C, F}, rng), b = randn<double>({F}, rng);
+  Pad2d p = resolve_padding(Padding::same(), 5, 6, kh, kw, 2, 2);  // Ho = 3, Wo = 3
+  TapeT<double> tape;
+  tape.record_uses(true);
+  RecordScope<double> scope(tape);
+  D wt = make_parameter<double>("conv.weight", w), bt = make_parameter<double>("conv.bias", b);
+  D y = conv2d(D(x), wt, bt, kh, kw, 2, 2, p);
+  CHECK(y.shape() == Shape{B, 3, 3, F});
+  A u = randn<double>(y.shape(), rng);
+  tape.backward(y, u);
+  const auto& groups = tape.uses();
+  REQUIRE(groups.size() == 2);
+  REQUIRE(groups[0].uses.size() == 1);
+  const ParamUse<double>& use = *groups[0].uses[0];
+  CHECK(use.kind == UseKind::matmul);
+  CHECK(shape_of(use.input->value) == Shape{B, 9, kh * kw * C});
+  REQUIRE(use.delta);
+  CHECK(shape_of(*use.delta) == Shape{B, 9, F});
+  CHECK(groups[1].uses[0]->kind == UseKind::bias);
+  // the per-sample gradients a_i^T delta_i sum to the weight gradient
+  A total = xt::zeros<double>({kh * kw * C, F});
+  for (std::size_t i = 0; i < B; ++i)
+    for (std::size_t t = 0; t < 9; ++t)
+      for (std::size_t d = 0; d < kh * kw * C; ++d)
+        for (std::size_t q = 0; q < F; ++q) total(d, q) += use.input->value(i, t, d) * (*use.delta)(i, t, q);
+  DPGRAD_CHECK_CLOSE(total, wt.grad(), 1e-12);
+}
+
+TEST_CASE("max_pool2d: values, gradient checks, ties") {
+  FastRng rng(36);
+  struct Case { Shape x; std::size_t kh, kw, sh, sw; };
+  for (auto c : {Case{{1, 4, 4, 1}, 2, 2, 1, 1}, Case{{3, 5, 6, 2}, 2, 2, 2, 2}, Case{{3, 5, 5, 3}, 3, 3, 1, 1},
+                 Case{{1, 4, 7, 2}, 2, 3, 1, 2}, Case{{3, 3, 3, 1}, 3, 3, 1, 1}, Case{{1, 2, 3, 1}, 1, 1, 1, 1}}) {
+    CAPTURE(shape_text(c.x));
+    A x = distinct_values(c.x, rng);
+    {
+      NoRecordScope<double> none;
+      A got = max_pool2d(D(x), c.kh, c.kw, c.sh, c.sw).value();
+      std::size_t ho = (c.x[1] - c.kh) / c.sh + 1, wo = (c.x[2] - c.kw) / c.sw + 1;
+      REQUIRE(shape_of(got) == Shape{c.x[0], ho, wo, c.x[3]});
+      A want = A::from_shape(shape_of(got));
+      for (std::size_t b = 0; b < c.x[0]; ++b)
+        for (std::size_t oy = 0; oy < ho; ++oy)
+          for (std::size_t ox = 0; ox < wo; ++ox)
+            for (std::size_t ch = 0; ch < c.x[3]; ++ch) {
+              double m = -1e300;
+              for (std::size_t i = 0; i < c.kh; ++i)
+                for (std::size_t j = 0; j < c.kw; ++j) m = std::max(m, x(b, oy * c.sh + i, ox * c.sw + j, ch));
+              want(b, oy, ox, ch) = m;
+            }
+      DPGRAD_CHECK_CLOSE(got, want, 0.0);
+    }
+    DPGRAD_CHECK_GRADS(gradcheck([&](const std::vector<D>& v) { return max_pool2d(v[0], c.kh, c.kw, c.sh, c.sw); }, {x}));
+  }
+  // the cnn geometry: 2x2 windows at stride 1 overlap, gradients accumulate
+  A x = distinct_values({2, 5, 5, 3}, rng);
+  DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return max_pool2d(v[0], 2, 1); }, {x}));
+
+  // ties: the first maximum (row-major in the window) takes the whole derivative
+  A tie = A{{1.0, 3.0}, {3.0, 0.0}};  // 3 at (0, 1) and (1, 0)
+  tie.reshape({1, 2, 2, 1});
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D t(tie, true);
+  D y = max_pool2d(t, 2, 1);
+  CHECK(y.value()(0, 0, 0, 0) == 3.0);
+  tape.backward(sum(y));
+  A want = A{{0.0, 1.0}, {0.0, 0.0}};
+  want.reshape({1, 2, 2, 1});
+  DPGRAD_CHECK_CLOSE(t.grad(), want, 0.0);
+}
+
+TEST_CASE("conv ops: bad geometry and shapes throw") {
+  NoRecordScope<double> none;
+  D x(A::from_shape({2, 5, 5, 3}));
+  D flat(A::from_shape({2, 5, 5}));
+  CHECK_THROWS_AS(im2col(flat, 3, 3, 1, 1), std::invalid_argument);          // not (B, H, W, C)
+  CHECK_THROWS_AS(im2col(x, 0, 3, 1, 1), std::invalid_argument);            // empty kernel
+  CHECK_THROWS_AS(im2col(x, 3, 3, 1, 0), std::invalid_argument);            // zero stride
+  CHECK_THROWS_AS(im2col(x, 6, 3, 1, 1), std::invalid_argument);            // kernel taller than the image
+  CHECK_NOTHROW(im2col(x, 6, 3, 1, 1, Pad2d{1, 0, 0, 0}));                   // unless padded
+  CHECK_THROWS_AS(conv2d(x, D(A::from_shape({26, 4})), D{}, 3, 3, 1, 1), std::invalid_argument);  // not 3*3*3 rows
+  CHECK_THROWS_AS(conv2d(x, D(A::from_shape({27})), D{}, 3, 3, 1, 1), std::invalid_argument);
+  CHECK_THROWS_AS(conv2d(x, D(A::from_shape({27, 4})), D(A::from_shape({3})), 3, 3, 1, 1), std::invalid_argument);
+  CHECK_THROWS_AS(max_pool2d(flat, 2, 1), std::invalid_argument);
+  CHECK_THROWS_AS(max_pool2d(x, 6, 1), std::invalid_argument);
+  CHECK_THROWS_AS(max_pool2d(x, 0, 1), std::invalid_argument);
+  CHECK_THROWS_AS(max_pool2d(x, 2, 0), std::invalid_argument);
+  try {
+    im2col(x, 7, 2, 1, 1);
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("(2, 5, 5, 3)") != std::string::npos);
+  }
+}
