@@ -1,0 +1,152 @@
+// dpgrad-account and dpgrad-train run as a user runs them: bad input gives a
+// clear message and exit status 2; --json output parses and says what it must.
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Run {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+Run run(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+/// The last line that parses as a JSON object.
+nlohmann::json last_json(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  nlohmann::json j;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] == '{') j = nlohmann::json::parse(line);
+  return j;
+}
+
+const std::string account = DPGRAD_ACCOUNT;
+const std::string train = DPGRAD_TRAIN;
+const std::string ok_args = " --dataset-size 60000 --batch-size 256 --noise-multiplier 1.1 --epochs 60 --delta 1e-5";
+
+}  // namespace
+
+TEST_CASE("dpgrad-account: the TF Privacy tutorial point by RDP, in JSON") {
+  Run r = run(account + ok_args + " --json");
+  REQUIRE(r.status == 0);
+  auto j = last_json(r.out);
+  CHECK(j["accountant"] == "rdp");
+  CHECK(j["neighbouring"] == "add/remove-one");
+  CHECK(j["steps"] == 14063);  // ceil(60 * 60000 / 256)
+  // tight conversion: 2.597 (MATH.md section 3: about 2.6); classic would give 3.01
+  CHECK(j["epsilon"].get<double>() == doctest::Approx(2.597).epsilon(0.002));
+  CHECK(j.contains("order"));
+}
+
+TEST_CASE("dpgrad-account: every accountant names its relation; jl only with pld; calibration") {
+  Run g = run(account + ok_args + " --accountant gdp --json");
+  REQUIRE(g.status == 0);
+  CHECK(last_json(g.out).contains("mu"));
+  Run w = run(account + ok_args + " --accountant wor --json");
+  REQUIRE(w.status == 0);
+  CHECK(last_json(w.out)["neighbouring"] == "replace-one");
+  Run jl = run(account + " --dataset-size 25000 --batch-size 256 --noise-multiplier 1.0 --epochs 20 --delta 1e-5 "
+                         "--accountant pld --jl-dim 1 --json");
+  REQUIRE(jl.status == 0);
+  auto e = last_json(jl.out)["epsilon"];
+  CHECK((e == "inf" || (e.is_number() && e.get<double>() > 1000)));
+  Run bad = run(account + ok_args + " --jl-dim 5");
+  CHECK(bad.status == 2);
+  Run cal = run(account + " --dataset-size 60000 --batch-size 256 --epochs 15 --delta 1e-5 --target-epsilon 2 --json");
+  REQUIRE(cal.status == 0);
+  auto c = last_json(cal.out);
+  CHECK(c["epsilon"].get<double>() <= 2.0);
+  CHECK(c["epsilon"].get<double>() >= 1.98);
+}
+
+TEST_CASE("dpgrad-account: invalid input exits with status 2 and a message") {
+  const char* cases[] = {
+      " --dataset-size 0 --batch-size 1 --noise-multiplier 1 --epochs 1 --delta 1e-5",
+      " --dataset-size 100 --batch-size 200 --noise-multiplier 1 --epochs 1 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier -1 --epochs 1 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --epochs 1 --delta 0",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --epochs 1 --delta 1.5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --epochs 1 --delta 1e-5 --accountant magic",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --epochs 1 --delta 1e-5 --accountant shuffle "
+      "--epoch-fraction 1.5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier x --epochs 1 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --delta 1e-5",
+  };
+  for (const char* args : cases) {
+    CAPTURE(args);
+    Run r = run(account + args);
+    CHECK(r.status == 2);
+    CHECK(r.out.size() > 10);
+  }
+}
+
+TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon with its accountant") {
+  Run r = run(train + " --dataset synthetic --model mlp --hidden 16 --optimizer dp-sgd --lr 0.5 --batch-size 64 "
+                      "--epochs 1 --clip-strategy ghost --noise-multiplier 1.0 --json");
+  REQUIRE(r.status == 0);
+  auto j = last_json(r.out);
+  CHECK(j["final"] == true);
+  CHECK(j["private"] == true);
+  CHECK(j["accountant"] == "rdp");
+  CHECK(j["neighbouring"] == "add/remove-one");
+  CHECK(j["epsilon"].get<double>() > 0);
+  CHECK(j["noise_generator"].get<std::string>().find("fast") != std::string::npos);
+  Run s = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                      "--clip-strategy ghost --noise-multiplier 1.0 --secure-rng --json");
+  REQUIRE(s.status == 0);
+  CHECK(last_json(s.out)["noise_generator"].get<std::string>().find("secure") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: zero noise only when insisted on, with a loud warning") {
+  std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
+                             "--epochs 1 --clip-strategy ghost --noise-multiplier 0";
+  Run refused = run(base);
+  CHECK(refused.status == 2);
+  CHECK(refused.out.find("NOT private") != std::string::npos);
+  Run allowed = run(base + " --allow-no-noise");
+  CHECK(allowed.status == 0);
+  CHECK(allowed.out.find("NOT private") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
+  const char* cases[] = {
+      " --dataset nowhere",
+      " --dataset idx:/nonexistent/folder",
+      " --dataset synthetic --model resnet",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier -1",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-norm 0",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --delta 2",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-strategy jl:0",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-strategy jl:5 --accountant rdp",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sampler fixed --accountant rdp",
+      " --dataset synthetic --optimizer dp-sgd",
+      " --dataset synthetic --batch-size 0",
+      " --dataset synthetic --model bilstm598k",
+      " --dataset synthetic --epochs -1",
+      " --dataset synthetic --noise-multiplier 1",
+  };
+  for (const char* args : cases) {
+    CAPTURE(args);
+    Run r = run(train + args);
+    CHECK(r.status == 2);
+    CHECK(r.out.find("error") != std::string::npos);
+  }
+}
