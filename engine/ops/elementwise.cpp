@@ -1,5 +1,7 @@
 // Elementwise primitives: broadcasting binary ops (add, sub, mul) and unary
-// maps (scale, relu, tanh, sigmoid, exp, log), each with primal, vjp and jvp.
+// maps (scale, add_scalar, relu, tanh, sigmoid, exp, log), each with primal,
+// vjp and jvp. The kinds differ only in scalar rules; the broadcasting
+// machinery is instantiated once per scalar type, which keeps compile time low.
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
 
@@ -25,40 +27,69 @@ namespace {
 using detail::broadcast_tangent;
 using detail::unbroadcast;
 
+/// `x` broadcast to `shape` as a contiguous array (a copy only when needed).
+template <class T>
+ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
+  if (shape_of(x) == shape) return x;
+  return xt::broadcast(x, shape);
+}
+
 enum class Binary { add, sub, mul };
 
-template <class T, Binary K>
+template <class T>
 struct BinaryOp final : Op<T> {
+  Binary kind;
   Shape out_shape;
-  const char* name() const override { return K == Binary::add ? "add" : K == Binary::sub ? "sub" : "mul"; }
+  explicit BinaryOp(Binary k) : kind(k) {}
+  const char* name() const override { return kind == Binary::add ? "add" : kind == Binary::sub ? "sub" : "mul"; }
+
   ArrayT<T> forward(Values<T> x) override {
     out_shape = detail::broadcast_shapes(shape_of(*x[0]), shape_of(*x[1]), name());
-    if constexpr (K == Binary::add) return *x[0] + *x[1];
-    else if constexpr (K == Binary::sub) return *x[0] - *x[1];
-    else return *x[0] * *x[1];
+    ArrayT<T> a = expand(*x[0], out_shape), b = expand(*x[1], out_shape);
+    T* pa = a.data();
+    const T* pb = b.data();
+    const std::size_t n = a.size();
+    switch (kind) {
+      case Binary::add: for (std::size_t i = 0; i < n; ++i) pa[i] += pb[i]; break;
+      case Binary::sub: for (std::size_t i = 0; i < n; ++i) pa[i] -= pb[i]; break;
+      case Binary::mul: for (std::size_t i = 0; i < n; ++i) pa[i] *= pb[i]; break;
+    }
+    return a;
+  }
+  /// d out / d input `which`, times dout, still in the output's shape.
+  ArrayT<T> scaled(const ArrayT<T>& dout, Values<T> x, int which) const {
+    ArrayT<T> g = dout;
+    if (kind == Binary::mul) {
+      ArrayT<T> other = expand(*x[1 - which], out_shape);
+      const T* po = other.data();
+      T* pg = g.data();
+      for (std::size_t i = 0; i < g.size(); ++i) pg[i] *= po[i];
+    } else if (kind == Binary::sub && which == 1) {
+      T* pg = g.data();
+      for (std::size_t i = 0; i < g.size(); ++i) pg[i] = -pg[i];
+    }
+    return g;
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
-    if constexpr (K == Binary::mul) {
-      if (dx[0]) dx[0].add(unbroadcast<T>(dout * *x[1], shape_of(*x[0])));
-      if (dx[1]) dx[1].add(unbroadcast<T>(dout * *x[0], shape_of(*x[1])));
-    } else {
-      if (dx[0]) dx[0].add(unbroadcast<T>(dout, shape_of(*x[0])));
-      if (dx[1]) {
-        if constexpr (K == Binary::add) dx[1].add(unbroadcast<T>(dout, shape_of(*x[1])));
-        else dx[1].add(unbroadcast<T>(ArrayT<T>(-dout), shape_of(*x[1])));
-      }
-    }
+    for (int i = 0; i < 2; ++i)
+      if (dx[i]) dx[i].add(unbroadcast<T>(scaled(dout, x, i), shape_of(*x[i])));
   }
   ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>&, std::size_t k) override {
     ArrayT<T> r = xt::zeros<T>(detail::with_k(k, out_shape));
-    if constexpr (K == Binary::mul) {
-      if (d[0]) r += broadcast_tangent<T>(*d[0], out_shape) * *x[1];
-      if (d[1]) r += *x[0] * broadcast_tangent<T>(*d[1], out_shape);
-    } else {
-      if (d[0]) r += broadcast_tangent<T>(*d[0], out_shape);
-      if (d[1]) {
-        if constexpr (K == Binary::add) r += broadcast_tangent<T>(*d[1], out_shape);
-        else r -= broadcast_tangent<T>(*d[1], out_shape);
+    const std::size_t n = numel(out_shape);
+    T* pr = r.data();
+    for (int i = 0; i < 2; ++i) {
+      if (!d[i]) continue;
+      ArrayT<T> t = broadcast_tangent<T>(*d[i], out_shape);  // (k, ...out)
+      const T* pt = t.data();
+      if (kind == Binary::mul) {
+        ArrayT<T> other = expand(*x[1 - i], out_shape);
+        const T* po = other.data();
+        for (std::size_t j = 0; j < k; ++j)
+          for (std::size_t l = 0; l < n; ++l) pr[j * n + l] += pt[j * n + l] * po[l];
+      } else {
+        const T s = kind == Binary::sub && i == 1 ? T(-1) : T(1);
+        for (std::size_t l = 0; l < k * n; ++l) pr[l] += s * pt[l];
       }
     }
     return r;
@@ -67,80 +98,102 @@ struct BinaryOp final : Op<T> {
 
 enum class Unary { scale, shift, relu, tanh, sigmoid, exp, log };
 
-template <class T, Unary K>
-struct UnaryOp final : Op<T> {
-  T c = T(1);
-  const char* name() const override {
-    switch (K) {
-      case Unary::scale: return "scale";
-      case Unary::shift: return "add_scalar";
-      case Unary::relu: return "relu";
-      case Unary::tanh: return "tanh";
-      case Unary::sigmoid: return "sigmoid";
-      case Unary::exp: return "exp";
-      case Unary::log: return "log";
-    }
-    return "?";
+const char* unary_name(Unary k) {
+  switch (k) {
+    case Unary::scale: return "scale";
+    case Unary::shift: return "add_scalar";
+    case Unary::relu: return "relu";
+    case Unary::tanh: return "tanh";
+    case Unary::sigmoid: return "sigmoid";
+    case Unary::exp: return "exp";
+    case Unary::log: return "log";
   }
+  return "?";
+}
+
+template <class T>
+struct UnaryOp final : Op<T> {
+  Unary kind;
+  T c = T(1);
+  explicit UnaryOp(Unary k) : kind(k) {}
+  const char* name() const override { return unary_name(kind); }
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];
-    if constexpr (K == Unary::scale) return c * a;
-    else if constexpr (K == Unary::shift) return a + c;
-    else if constexpr (K == Unary::relu) return xt::maximum(a, T(0));
-    else if constexpr (K == Unary::tanh) return xt::tanh(a);
-    else if constexpr (K == Unary::sigmoid) return T(1) / (T(1) + xt::exp(-a));
-    else if constexpr (K == Unary::exp) return xt::exp(a);
-    else return xt::log(a);
+    switch (kind) {  // the transcendental ones through xtensor's vectorised kernels
+      case Unary::tanh: return xt::tanh(a);
+      case Unary::exp: return xt::exp(a);
+      case Unary::log: return xt::log(a);
+      case Unary::sigmoid: return T(1) / (T(1) + xt::exp(-a));
+      default: break;
+    }
+    ArrayT<T> r = a;
+    T* p = r.data();
+    const std::size_t n = r.size();
+    if (kind == Unary::scale) for (std::size_t i = 0; i < n; ++i) p[i] *= c;
+    else if (kind == Unary::shift) for (std::size_t i = 0; i < n; ++i) p[i] += c;
+    else for (std::size_t i = 0; i < n; ++i) p[i] = p[i] > T(0) ? p[i] : T(0);  // relu
+    return r;
   }
-  /// The derivative f'(x) as an array of x's shape.
+  /// f'(x) elementwise, from the input and the output.
   ArrayT<T> derivative(const ArrayT<T>& a, const ArrayT<T>& out) const {
-    if constexpr (K == Unary::scale) return xt::full_like(a, c);
-    else if constexpr (K == Unary::shift) return xt::ones_like(a);
-    else if constexpr (K == Unary::relu) return xt::cast<T>(a > T(0));
-    else if constexpr (K == Unary::tanh) return T(1) - out * out;
-    else if constexpr (K == Unary::sigmoid) return out * (T(1) - out);
-    else if constexpr (K == Unary::exp) return out;
-    else return T(1) / a;
+    ArrayT<T> d = ArrayT<T>::from_shape(a.shape());
+    T* pd = d.data();
+    const T* pa = a.data();
+    const T* po = out.data();
+    const std::size_t n = d.size();
+    switch (kind) {
+      case Unary::scale: for (std::size_t i = 0; i < n; ++i) pd[i] = c; break;
+      case Unary::shift: for (std::size_t i = 0; i < n; ++i) pd[i] = T(1); break;
+      case Unary::relu: for (std::size_t i = 0; i < n; ++i) pd[i] = pa[i] > T(0) ? T(1) : T(0); break;
+      case Unary::tanh: for (std::size_t i = 0; i < n; ++i) pd[i] = T(1) - po[i] * po[i]; break;
+      case Unary::sigmoid: for (std::size_t i = 0; i < n; ++i) pd[i] = po[i] * (T(1) - po[i]); break;
+      case Unary::exp: for (std::size_t i = 0; i < n; ++i) pd[i] = po[i]; break;
+      case Unary::log: for (std::size_t i = 0; i < n; ++i) pd[i] = T(1) / pa[i]; break;
+    }
+    return d;
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
     if (!dx[0]) return;
-    if constexpr (K == Unary::scale) dx[0].add(c * dout);
-    else if constexpr (K == Unary::shift) dx[0].add(dout);
-    else if constexpr (K == Unary::relu) dx[0].add(xt::where(*x[0] > T(0), dout, T(0)));
-    else if constexpr (K == Unary::tanh) dx[0].add(dout * (T(1) - out * out));
-    else if constexpr (K == Unary::sigmoid) dx[0].add(dout * out * (T(1) - out));
-    else if constexpr (K == Unary::exp) dx[0].add(dout * out);
-    else dx[0].add(dout / *x[0]);
+    ArrayT<T> g = derivative(*x[0], out);
+    T* pg = g.data();
+    const T* pd = dout.data();
+    for (std::size_t i = 0; i < g.size(); ++i) pg[i] *= pd[i];
+    dx[0].add(g);
   }
-  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>& out, std::size_t) override {
-    if constexpr (K == Unary::scale) return c * *d[0];
-    else if constexpr (K == Unary::shift) return *d[0];
-    else return *d[0] * derivative(*x[0], out);  // (k, ...) * (...) broadcasts over k
+  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>& out, std::size_t k) override {
+    ArrayT<T> f = derivative(*x[0], out);
+    ArrayT<T> r = *d[0];  // (k, ...)
+    const std::size_t n = f.size();
+    T* pr = r.data();
+    const T* pf = f.data();
+    for (std::size_t j = 0; j < k; ++j)
+      for (std::size_t l = 0; l < n; ++l) pr[j * n + l] *= pf[l];
+    return r;
   }
 };
 
-template <class T, Binary K>
-TensorT<T> binary(const TensorT<T>& a, const TensorT<T>& b) {
-  return apply<T>(std::make_unique<BinaryOp<T, K>>(), {a, b});
+template <class T>
+TensorT<T> binary(Binary k, const TensorT<T>& a, const TensorT<T>& b) {
+  return apply<T>(std::make_unique<BinaryOp<T>>(k), {a, b});
 }
-template <class T, Unary K>
-TensorT<T> unary(const TensorT<T>& x, T c = T(1)) {
-  auto op = std::make_unique<UnaryOp<T, K>>();
+template <class T>
+TensorT<T> unary(Unary k, const TensorT<T>& x, T c = T(1)) {
+  auto op = std::make_unique<UnaryOp<T>>(k);
   op->c = c;
   return apply<T>(std::move(op), {x});
 }
 }  // namespace
 
-template <class T> TensorT<T> add(const TensorT<T>& a, const TensorT<T>& b) { return binary<T, Binary::add>(a, b); }
-template <class T> TensorT<T> sub(const TensorT<T>& a, const TensorT<T>& b) { return binary<T, Binary::sub>(a, b); }
-template <class T> TensorT<T> mul(const TensorT<T>& a, const TensorT<T>& b) { return binary<T, Binary::mul>(a, b); }
-template <class T> TensorT<T> scale(const TensorT<T>& x, T c) { return unary<T, Unary::scale>(x, c); }
-template <class T> TensorT<T> add_scalar(const TensorT<T>& x, T c) { return unary<T, Unary::shift>(x, c); }
-template <class T> TensorT<T> relu(const TensorT<T>& x) { return unary<T, Unary::relu>(x); }
-template <class T> TensorT<T> tanh(const TensorT<T>& x) { return unary<T, Unary::tanh>(x); }
-template <class T> TensorT<T> sigmoid(const TensorT<T>& x) { return unary<T, Unary::sigmoid>(x); }
-template <class T> TensorT<T> exp(const TensorT<T>& x) { return unary<T, Unary::exp>(x); }
-template <class T> TensorT<T> log(const TensorT<T>& x) { return unary<T, Unary::log>(x); }
+template <class T> TensorT<T> add(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::add, a, b); }
+template <class T> TensorT<T> sub(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::sub, a, b); }
+template <class T> TensorT<T> mul(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::mul, a, b); }
+template <class T> TensorT<T> scale(const TensorT<T>& x, T c) { return unary(Unary::scale, x, c); }
+template <class T> TensorT<T> add_scalar(const TensorT<T>& x, T c) { return unary(Unary::shift, x, c); }
+template <class T> TensorT<T> relu(const TensorT<T>& x) { return unary(Unary::relu, x); }
+template <class T> TensorT<T> tanh(const TensorT<T>& x) { return unary(Unary::tanh, x); }
+template <class T> TensorT<T> sigmoid(const TensorT<T>& x) { return unary(Unary::sigmoid, x); }
+template <class T> TensorT<T> exp(const TensorT<T>& x) { return unary(Unary::exp, x); }
+template <class T> TensorT<T> log(const TensorT<T>& x) { return unary(Unary::log, x); }
 
 #define DPGRAD_INSTANTIATE(T)                                               \
   template TensorT<T> add(const TensorT<T>&, const TensorT<T>&);           \
