@@ -4,7 +4,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include <xtensor/xmath.hpp>
 
 namespace dpgrad {
 
@@ -64,16 +63,18 @@ SgdT<T>::SgdT(std::vector<TensorT<T>> params, double lr, double momentum, double
 
 template <class T>
 void SgdT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) {
-  ArrayT<T>& w = p.mutable_value();
-  const T lr = T(this->lr_), wd = T(weight_decay_);
+  T* w = p.mutable_value().data();
+  const T* gr = g.data();
+  const std::size_t n = g.size();
+  const T lr = T(this->lr_), wd = T(weight_decay_), mu = T(momentum_);
   if (momentum_ > 0) {
-    ArrayT<T>& v = velocity_[i];
-    v = T(momentum_) * v + g + wd * w;
-    w -= lr * v;
-  } else if (wd != T(0)) {
-    w -= lr * (g + wd * w);
+    T* v = velocity_[i].data();
+    for (std::size_t k = 0; k < n; ++k) {
+      v[k] = mu * v[k] + gr[k] + wd * w[k];
+      w[k] -= lr * v[k];
+    }
   } else {
-    w -= lr * g;
+    for (std::size_t k = 0; k < n; ++k) w[k] -= lr * (gr[k] + wd * w[k]);
   }
 }
 
@@ -108,17 +109,22 @@ AdamT<T>::AdamT(std::vector<TensorT<T>> params, double lr, double beta1, double 
 }
 
 template <class T>
-void AdamT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g0) {
-  ArrayT<T>& w = p.mutable_value();
-  const T b1 = T(beta1_), b2 = T(beta2_);
-  ArrayT<T> g = weight_decay_ > 0 ? ArrayT<T>(g0 + T(weight_decay_) * w) : g0;
-  m_[i] = b1 * m_[i] + (T(1) - b1) * g;
-  v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
-  const double c1 = 1 - std::pow(beta1_, double(this->t_));
-  const double c2 = 1 - std::pow(beta2_, double(this->t_));
-  const T step = T(this->lr_ / c1);
-  const T scale2 = T(1.0 / std::sqrt(c2));
-  w -= step * m_[i] / (xt::sqrt(v_[i]) * scale2 + T(eps_));
+void AdamT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) {
+  T* w = p.mutable_value().data();
+  T* m = m_[i].data();
+  T* v = v_[i].data();
+  const T* gr = g.data();
+  const std::size_t n = g.size();
+  const T b1 = T(beta1_), b2 = T(beta2_), wd = T(weight_decay_), eps = T(eps_);
+  // bias corrections folded into the step: lr m_hat / (sqrt(v_hat) + eps)
+  const T step = T(this->lr_ / (1 - std::pow(beta1_, double(this->t_))));
+  const T unbias = T(1.0 / std::sqrt(1 - std::pow(beta2_, double(this->t_))));
+  for (std::size_t k = 0; k < n; ++k) {
+    const T gk = gr[k] + wd * w[k];
+    m[k] = b1 * m[k] + (T(1) - b1) * gk;
+    v[k] = b2 * v[k] + (T(1) - b2) * gk * gk;
+    w[k] -= step * m[k] / (std::sqrt(v[k]) * unbias + eps);
+  }
 }
 
 template <class T>
