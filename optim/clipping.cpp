@@ -40,6 +40,28 @@ void zero_grads(const std::vector<TensorT<T>>& ps) {
   for (auto p : ps) p.zero_grad();
 }
 
+/// Nothing to clip: zero sums, no norms.
+template <class T>
+ClipResult<T> empty_result(const std::vector<TensorT<T>>& ps) {
+  ClipResult<T> r;
+  r.sum = zeros_like_params(ps);
+  r.norms = ArrayT<T>::from_shape({0});
+  return r;
+}
+
+/// The parameters' accumulated gradient is one contribution: clip it to C and
+/// add it to res.sum. Returns its norm.
+template <class T>
+T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipResult<T>& res) {
+  double sq = 0;
+  for (auto& p : ps) sq += double(xt::sum(p.grad() * p.grad())());
+  double n = std::sqrt(sq);
+  T c = T(clip_factor(n, clip_norm));
+  if (c < T(1)) ++res.clipped;
+  for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
+  return T(n);
+}
+
 template <class T>
 double loss_total(const TensorT<T>& losses) {
   double s = 0;
@@ -129,13 +151,7 @@ class NaiveStrategy final : public ClipStrategyT<T> {
       TensorT<T> loss = per_sample_losses(model, one);
       res.loss_sum += loss_total(loss);
       tape.backward(sum(loss));
-      double sq = 0;
-      for (auto& p : ps) sq += double(xt::sum(p.grad() * p.grad())());
-      double n = std::sqrt(sq);
-      res.norms(i) = T(n);
-      T c = T(clip_factor(n, clip_norm));
-      if (c < T(1)) ++res.clipped;
-      for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
+      res.norms(i) = clip_and_accumulate(ps, clip_norm, res);
     }
     zero_grads(ps);
     return res;
@@ -150,11 +166,7 @@ class VanillaStrategy final : public ClipStrategyT<T> {
     auto ps = model.parameters();
     ClipResult<T> res;
     std::size_t b = batch.size();
-    if (b == 0) {
-      res.sum = zeros_like_params(ps);
-      res.norms = ArrayT<T>::from_shape({0});
-      return res;
-    }
+    if (b == 0) return empty_result(ps);
     TapeT<T> tape;
     res.loss_sum = record_uses(tape, model, batch, ps);
     auto groups = groups_by_param(tape, ps);
@@ -193,11 +205,7 @@ class GhostStrategy final : public ClipStrategyT<T> {
     auto ps = model.parameters();
     ClipResult<T> res;
     std::size_t b = batch.size();
-    if (b == 0) {
-      res.sum = zeros_like_params(ps);
-      res.norms = ArrayT<T>::from_shape({0});
-      return res;
-    }
+    if (b == 0) return empty_result(ps);
     TapeT<T> tape;
     res.loss_sum = record_uses(tape, model, batch, ps);
     auto groups = groups_by_param(tape, ps);
@@ -223,11 +231,7 @@ class JlStrategy final : public ClipStrategyT<T> {
     auto ps = model.parameters();
     ClipResult<T> res;
     std::size_t b = batch.size();
-    if (b == 0) {
-      res.sum = zeros_like_params(ps);
-      res.norms = ArrayT<T>::from_shape({0});
-      return res;
-    }
+    if (b == 0) return empty_result(ps);
     zero_grads(ps);
     for (auto& p : ps) {
       Shape s{std::size_t(k_)};
@@ -288,13 +292,7 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
       TensorT<T> losses = per_sample_losses(model, batch.select(rows));
       res.loss_sum += loss_total(losses);
       tape.backward(mean(losses));
-      double sq = 0;
-      for (auto& p : ps) sq += double(xt::sum(p.grad() * p.grad())());
-      double n = std::sqrt(sq);
-      norms.push_back(T(n));
-      T c = T(clip_factor(n, clip_norm));
-      if (c < T(1)) ++res.clipped;
-      for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
+      norms.push_back(clip_and_accumulate(ps, clip_norm, res));
     }
     zero_grads(ps);
     res.norms = xt::adapt(norms, {norms.size()});
