@@ -1,0 +1,82 @@
+// GEMM shapes of the benchmark models and the reference sgemm loop.
+#include "bench/bench_gemm.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "engine/blas.hpp"
+
+namespace dpgrad::bench {
+
+namespace {
+
+/// x (rows, d) W (d, p): forward, dx (when x needs a gradient) and dW.
+void add_linear(std::vector<GemmShape>& g, const std::string& name, std::size_t rows, std::size_t d, std::size_t p,
+                bool input_grad, std::size_t count = 1) {
+  g.push_back({false, false, rows, p, d, count, name + " fwd"});
+  if (input_grad) g.push_back({false, true, rows, d, p, count, name + " dx"});
+  g.push_back({true, false, d, p, rows, count, name + " dW"});
+}
+
+}  // namespace
+
+std::vector<GemmShape> step_gemms(const std::string& model, std::size_t b, std::size_t length) {
+  std::vector<GemmShape> g;
+  if (model == "mlp") {
+    add_linear(g, "dense1", b, 784, 256, false);
+    add_linear(g, "dense2", b, 256, 10, true);
+  } else if (model == "cnn26k" || model == "cnn17m") {
+    const std::size_t wide = model == "cnn26k" ? 32 : 32768;
+    add_linear(g, "conv1", b * 14 * 14, 8 * 8 * 1, 16, false);  // im2col rows (B*14*14, 64)
+    add_linear(g, "conv2", b * 5 * 5, 4 * 4 * 16, 32, true);     // (B*5*5, 256)
+    add_linear(g, "dense1", b, 512, wide, true);
+    add_linear(g, "dense2", b, wide, 10, true);
+  } else if (model == "bilstm598k") {
+    // per direction: one input projection over all steps, then L-1 recurrent products
+    add_linear(g, "lstm input", b * length, 64, 256, true, 2);
+    if (length > 1) add_linear(g, "lstm recurrent", b, 64, 256, true, 2 * (length - 1));
+    add_linear(g, "dense1", b, 128, 64, true);
+    add_linear(g, "dense2", b, 64, 2, true);
+  } else {
+    throw std::invalid_argument("no GEMM shapes for model '" + model + "'");
+  }
+  return g;
+}
+
+double total_flops(const std::vector<GemmShape>& gemms) {
+  double f = 0;
+  for (const auto& s : gemms) f += s.flops();
+  return f;
+}
+
+double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds) {
+  if (gemms.empty()) return 0;
+  std::size_t a_max = 0, b_max = 0, c_max = 0;
+  for (const auto& s : gemms) {
+    a_max = std::max(a_max, s.m * s.k);
+    b_max = std::max(b_max, s.k * s.n);
+    c_max = std::max(c_max, s.m * s.n);
+  }
+  std::vector<float> a(a_max), bm(b_max), c(c_max, 0.0f);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 17) - 8) * 0.01f;
+  for (std::size_t i = 0; i < bm.size(); ++i) bm[i] = float(int(i % 13) - 6) * 0.01f;
+  auto pass = [&] {
+    auto t0 = std::chrono::steady_clock::now();
+    for (const auto& s : gemms)
+      for (std::size_t r = 0; r < s.count; ++r)
+        blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), bm.data(), 0.0f, c.data());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  pass();  // warm-up: OpenBLAS buffers, threads, page faults
+  std::vector<double> times;
+  double spent = 0;
+  while (times.size() < 3 || (spent < min_seconds && times.size() < 1000)) {
+    times.push_back(pass());
+    spent += times.back();
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace dpgrad::bench

@@ -1,0 +1,750 @@
+// dpgrad-bench: speed and memory of every clipping strategy against the
+// non-private step on the benchmark models (the paper's Tables 1-4), as ratios
+// measured side by side in one run. Every measurement runs in a child process
+// (this program re-executed with hidden --child flags): see "How it measures".
+//
+// How it measures
+// - Speed: one child per (model, batch, method). It builds the model, a fixed
+//   synthetic batch of exactly B examples and two DP optimizers on the same
+//   model: `none` and the method. It runs the method's first warm-up step alone
+//   and reads its own VmHWM (the method's peak RSS, in a process that has run
+//   nothing else), then warms up `none`, then times N steps interleaved: none,
+//   method, none, method, ... The ratio to none is the median of the N pairwise
+//   ratios. The `none` row is a child of its own.
+// - GFLOP/s: the FLOPs of the non-private step's matrix products (bench_gemm.hpp)
+//   divided by the method's median step time, so every method is rated on the
+//   same useful work; the same shapes through a plain blas::gemm loop give what
+//   OpenBLAS reaches.
+// - Max batch: one child per probe (1 step) under a memory limit: by default the
+//   parent watches the child.s RSS (kills it above the limit; wait4.s ru_maxrss
+//   decides); --limit as makes the child set RLIMIT_AS on itself once OpenBLAS
+//   has its buffers (OpenBLAS retries a failed mmap forever: set before, the
+//   child hangs). Probes double, then close in on the limit (search_max_batch).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <new>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_gemm.hpp"
+#include "bench/bench_process.hpp"
+#include "engine/blas.hpp"
+#include "engine/random.hpp"
+#include "examples/data/datasets.hpp"
+#include "layers/models.hpp"
+#include "optim/dp_optimizer.hpp"
+
+using namespace dpgrad;
+using namespace dpgrad::bench;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kSequenceLength = 150;
+constexpr std::size_t kVocabulary = 8185;
+constexpr double kNotionalDatasetSize = 60000;  // only for q = B / N; no accountant runs
+constexpr int kExitOutOfMemory = 3;
+constexpr int kExitError = 4;
+
+struct Options {
+  std::vector<std::string> models{"cnn26k"};
+  std::vector<std::size_t> batches{256};
+  std::vector<std::string> methods{"none", "ghost", "vanilla", "jl:1", "jl:5", "microbatch:16", "naive"};
+  std::string optimizer = "sgd";
+  long steps = 10, warmup = 1, naive_steps = 1;
+  int threads = 0;
+  std::uint64_t seed = 1;
+  bool json_out = false;
+  bool gemm_detail = false;
+  std::string markdown, suite;
+  bool max_batch = false;
+  double memory_limit_gb = 8;
+  std::string limit = "rss";
+  double max_batch_seconds = 600, probe_timeout = 300;
+  std::size_t max_batch_start = 16, batch_cap = std::size_t(1) << 20;
+  // hidden: what a child process runs
+  std::string child, child_method;
+  double child_as_limit = 0;  // bytes of address space the child allows itself after warming OpenBLAS
+};
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+
+// ---------------------------------------------------------------- child side
+
+BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t seed) {
+  if (model == "bilstm598k") return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
+  return data::synthetic_images(b, seed);
+}
+
+/// One DP optimizer (strategy + base optimizer + generators) on a shared model.
+struct Stepper {
+  std::unique_ptr<ClipStrategyT<float>> strategy;
+  std::unique_ptr<OptimizerT<float>> base;
+  FastRng noise_rng, aux_rng;
+  std::unique_ptr<DPOptimizerT<float>> opt;
+
+  Stepper(ModelT<float>& model, const std::string& method, const std::string& optimizer, std::size_t b,
+          std::uint64_t seed)
+      : noise_rng(seed + 1), aux_rng(seed + 2) {
+    strategy = make_clip_strategy<float>(method, double(b));
+    if (optimizer == "adam") base = std::make_unique<AdamT<float>>(model.parameters(), 1e-3);
+    else base = std::make_unique<SgdT<float>>(model.parameters(), 0.01);
+    DPConfig cfg{1.0, 1.0, std::min(1.0, double(b) / kNotionalDatasetSize), double(b), false};
+    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, cfg, noise_rng, aux_rng, nullptr);
+  }
+  double step_ms(const BatchT<float>& batch) {
+    auto t0 = std::chrono::steady_clock::now();
+    opt->step(batch);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+/// RLIMIT_AS for the rest of this process. OpenBLAS first allocates its buffers
+/// (one threaded GEMM): when its mmap fails under the limit it retries forever
+/// instead of failing, so the limit must come after.
+void limit_address_space(double bytes) {
+  std::vector<float> a(1024 * 1024, 0.01f), c(1024 * 1024);
+  blas::gemm<float>(false, false, 1024, 1024, 1024, 1.0f, a.data(), a.data(), 0.0f, c.data());
+  rlimit r{rlim_t(bytes), rlim_t(bytes)};
+  if (setrlimit(RLIMIT_AS, &r) != 0) throw std::runtime_error("setrlimit(RLIMIT_AS) failed");
+}
+
+/// --child speed: the method alone (memory), then none/method interleaved (time).
+/// --child fit: one step of the method (the max-batch probe).
+/// Prints one JSON object on stdout.
+int run_child(const Options& o) {
+  if (o.child != "speed" && o.child != "fit") {
+    fmt::print(stderr, "dpgrad-bench: unknown --child mode '{}'\n", o.child);
+    return 2;
+  }
+  if (o.threads > 0) blas::set_threads(o.threads);
+  const std::size_t b = o.batches.at(0);
+  const std::string& model_name = o.models.at(0);
+  json out;
+  try {
+    if (o.child_as_limit > 0) limit_address_space(o.child_as_limit);
+    FastRng init(o.seed);
+    auto model = make_model<float>(model_name, init);
+    BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
+    Stepper method(*model, o.child_method, o.optimizer, b, o.seed + 20);
+    out["base_rss_kb"] = self_status_kb("VmRSS");
+    double first = method.step_ms(batch);  // the method alone: its peak memory
+    out["peak_rss_kb"] = self_status_kb("VmHWM");
+    out["vm_peak_kb"] = self_status_kb("VmPeak");
+    out["first_ms"] = first;
+    if (o.child == "speed") {
+      // none on the same model, built only now: its optimizer state (Adam) is not in the peak above
+      const bool paired = o.child_method != "none";
+      std::unique_ptr<Stepper> none;
+      if (paired) none = std::make_unique<Stepper>(*model, "none", o.optimizer, b, o.seed + 30);
+      for (long i = 1; i < o.warmup; ++i) method.step_ms(batch);
+      if (paired)
+        for (long i = 0; i < o.warmup; ++i) none->step_ms(batch);
+      std::vector<double> tm, tn;
+      for (long i = 0; i < o.steps; ++i) {
+        if (paired) tn.push_back(none->step_ms(batch));
+        tm.push_back(method.step_ms(batch));
+      }
+      out["method_ms"] = tm;
+      out["none_ms"] = tn;
+    }
+  } catch (const std::bad_alloc&) {
+    out["error"] = "out of memory (std::bad_alloc)";
+    fmt::print("{}\n", out.dump());
+    return kExitOutOfMemory;
+  } catch (const std::exception& e) {
+    out["error"] = e.what();
+    fmt::print("{}\n", out.dump());
+    return kExitError;
+  }
+  fmt::print("{}\n", out.dump());
+  return 0;
+}
+
+// ---------------------------------------------------------------- parent side
+
+std::vector<std::string> child_args(const Options& o, const std::string& mode, const std::string& model,
+                                    std::size_t b, const std::string& method, long steps) {
+  return {"--child", mode, "--child-method", method, "--model", model, "--batch", std::to_string(b),
+          "--optimizer", o.optimizer, "--steps", std::to_string(steps), "--warmup", std::to_string(o.warmup),
+          "--threads", std::to_string(o.threads), "--seed", std::to_string(o.seed)};
+}
+
+json parse_child(const ChildResult& r) {
+  std::istringstream s(r.out);
+  std::string line, last;
+  while (std::getline(s, line))
+    if (!line.empty() && line[0] == '{') last = line;
+  if (last.empty()) return json::object();
+  try {
+    return json::parse(last);
+  } catch (const json::exception&) {
+    return json::object();
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct SpeedRow {
+  std::string model, method;
+  std::size_t batch = 0;
+  long steps = 0;
+  double ms = NAN, ms_min = NAN, ms_max = NAN, ratio = NAN;
+  double peak_mb = NAN, step_mb = NAN, memory_ratio = NAN, gflops = NAN;
+  std::string error;
+};
+
+struct GemmReference {
+  double step_gflop = 0;      // GFLOP of the non-private step's matrix products
+  double sgemm_ms = 0;        // plain blas::gemm over the same shapes
+  double sgemm_gflops = 0;
+};
+
+struct SpeedBlock {
+  std::string model, optimizer;
+  std::size_t batch = 0;
+  long steps = 0, warmup = 0, naive_steps = 0;
+  GemmReference ref;
+  std::vector<SpeedRow> rows;
+  double seconds = 0;
+};
+
+struct FitRow {
+  std::string model, method;
+  std::size_t max_batch = 0, upper = 0;  // upper: smallest batch seen not to fit (0: none seen)
+  bool exact = false;                     // bisection finished (to the resolution)
+  bool capped = false;                    // stopped by --batch-cap
+  bool out_of_time = false;
+  long probes = 0;
+  double peak_mb = NAN;                   // at max_batch
+  double predicted = NAN;                 // where the line through the two largest fits meets the limit
+  double seconds = 0;
+  std::string failure, error;             // how the first probe that did not fit ended
+};
+
+struct FitBlock {
+  std::string model, optimizer, limit;
+  double limit_gb = 0;
+  std::vector<FitRow> rows;
+};
+
+/// What a method should reach (the targets), "" if none.
+std::string time_target(const std::string& method, double& bound) {
+  if (method == "ghost") return bound = 1.5, "<= 1.5x";
+  if (method == "vanilla") return bound = 2.0, "<= 2x";
+  if (method.rfind("jl:", 0) == 0) {
+    int k = std::stoi(method.substr(3));
+    bound = 1 + 0.7 * k;
+    return fmt::format("<= {:g}x", bound);
+  }
+  bound = 0;
+  return "";
+}
+
+std::string target_verdict(const SpeedRow& r) {
+  if (!r.error.empty()) return "";
+  double bound = 0;
+  std::string t = time_target(r.method, bound);
+  std::string v;
+  if (!t.empty()) v = fmt::format("time {} {}", t, r.ratio <= bound ? "ok" : "MISSED");
+  if (r.method == "ghost")
+    v += fmt::format(", memory <= 1.3x {}", r.memory_ratio <= 1.3 ? "ok" : "MISSED");
+  return v;
+}
+
+class Reporter {
+ public:
+  explicit Reporter(bool json_out) : json_(json_out) {}
+  /// Human output: stdout, or stderr when stdout carries JSON lines.
+  template <class... A>
+  void say(fmt::format_string<A...> f, A&&... a) {
+    fmt::print(json_ ? stderr : stdout, f, std::forward<A>(a)...);
+    std::fflush(json_ ? stderr : stdout);
+  }
+  void emit(const json& j) {
+    if (json_) {
+      fmt::print("{}\n", j.dump());
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  bool json_;
+};
+
+std::string num(double v, const char* f = "{:.1f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : "-"; }
+json jnum(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, Reporter& rep) {
+  auto t0 = std::chrono::steady_clock::now();
+  SpeedBlock blk{model, o.optimizer, b, o.steps, o.warmup, std::min(o.steps, o.naive_steps), {}, {}, 0};
+  auto gemms = step_gemms(model, b, kSequenceLength);
+  blk.ref.step_gflop = total_flops(gemms) * 1e-9;
+  blk.ref.sgemm_ms = time_gemms(gemms) * 1e3;
+  blk.ref.sgemm_gflops = blk.ref.step_gflop / (blk.ref.sgemm_ms * 1e-3);
+  rep.say("\n{} at batch {}, {}: {} timed steps after {} warm-up (naive: {}), BLAS threads {}\n", model, b,
+          o.optimizer, o.steps, o.warmup, blk.naive_steps, blas::threads());
+  rep.say("  matrix products of the non-private step: {:.3f} GFLOP; plain sgemm on the same shapes: {:.2f} ms = "
+          "{:.1f} GFLOP/s\n",
+          blk.ref.step_gflop, blk.ref.sgemm_ms, blk.ref.sgemm_gflops);
+  if (o.gemm_detail)
+    for (const auto& g : gemms) {
+      double s = time_gemms({g}, 0.1);
+      rep.say("    {:<22} {}{} {:>6}x{:>5}x{:>6} x{:<4} {:>8.3f} ms {:>7.1f} GFLOP/s\n", g.what, g.trans_a ? "T" : "N",
+              g.trans_b ? "T" : "N", g.m, g.n, g.k, g.count, s * 1e3, g.flops() / s * 1e-9);
+    }
+  rep.say("  {:<14} {:>10} {:>19} {:>8} {:>9} {:>8} {:>7} {:>8}  {}\n", "method", "ms/step", "min-max", "x none",
+          "peak MB", "step MB", "x mem", "GFLOP/s", "target");
+
+  // none first: every other row's memory ratio needs its peak
+  std::vector<std::string> methods = o.methods;
+  auto it = std::find(methods.begin(), methods.end(), "none");
+  if (it != methods.end()) methods.erase(it);
+  methods.insert(methods.begin(), "none");
+  const bool show_none = std::find(o.methods.begin(), o.methods.end(), "none") != o.methods.end();
+  double none_peak = NAN;
+  for (const auto& m : methods) {
+    SpeedRow r;
+    r.model = model;
+    r.method = m;
+    r.batch = b;
+    r.steps = m == "naive" ? blk.naive_steps : o.steps;
+    ChildResult cr = run_self(child_args(o, "speed", model, b, m, r.steps), {});
+    json j = parse_child(cr);
+    if (j.contains("error")) r.error = j["error"].get<std::string>();
+    else if (!cr.ok() || !j.contains("method_ms")) r.error = "child process: " + cr.describe();
+    if (r.error.empty()) {
+      auto tm = j["method_ms"].get<std::vector<double>>();
+      auto tn = j["none_ms"].get<std::vector<double>>();
+      r.ms = median(tm);
+      r.ms_min = *std::min_element(tm.begin(), tm.end());
+      r.ms_max = *std::max_element(tm.begin(), tm.end());
+      if (m == "none") r.ratio = 1;
+      else {
+        std::vector<double> ratios;
+        for (std::size_t i = 0; i < std::min(tm.size(), tn.size()); ++i) ratios.push_back(tm[i] / tn[i]);
+        r.ratio = median(ratios);
+      }
+      r.peak_mb = j["peak_rss_kb"].get<double>() / 1024.0;
+      r.step_mb = (j["peak_rss_kb"].get<double>() - j["base_rss_kb"].get<double>()) / 1024.0;
+      if (m == "none") none_peak = r.peak_mb;
+      r.memory_ratio = r.peak_mb / none_peak;
+      r.gflops = blk.ref.step_gflop / (r.ms * 1e-3);
+    }
+    if (m == "none" && !show_none) continue;
+    if (r.error.empty())
+      rep.say("  {:<14} {:>10} {:>19} {:>8} {:>9} {:>8} {:>7} {:>8}  {}\n", m, num(r.ms, "{:.2f}"),
+              num(r.ms_min, "{:.2f}") + "-" + num(r.ms_max, "{:.2f}"), num(r.ratio, "{:.2f}"), num(r.peak_mb),
+              num(r.step_mb), num(r.memory_ratio, "{:.2f}"), num(r.gflops), target_verdict(r));
+    else rep.say("  {:<14} error: {}\n", m, r.error);
+    rep.emit({{"model", model}, {"method", m}, {"batch", b}, {"optimizer", o.optimizer}, {"steps", r.steps},
+              {"ms_per_step", jnum(r.ms)}, {"ms_min", jnum(r.ms_min)}, {"ms_max", jnum(r.ms_max)},
+              {"ratio_to_none", jnum(r.ratio)}, {"peak_rss_mb", jnum(r.peak_mb)}, {"step_rss_mb", jnum(r.step_mb)},
+              {"memory_ratio", jnum(r.memory_ratio)}, {"gflops", jnum(r.gflops)},
+              {"sgemm_gflops", blk.ref.sgemm_gflops}, {"step_gflop", blk.ref.step_gflop},
+              {"error", r.error.empty() ? json(nullptr) : json(r.error)}});
+    blk.rows.push_back(r);
+  }
+  for (const auto& r : blk.rows)
+    if (r.method == "none" && r.error.empty())
+      rep.say("  non-private step: {:.1f} GFLOP/s = {:.0f}% of plain sgemm on its shapes ({:.1f}) (target >= 60%)\n",
+              r.gflops, 100 * r.gflops / blk.ref.sgemm_gflops, blk.ref.sgemm_gflops);
+  blk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return blk;
+}
+
+/// The largest batch that runs one step of `method` within the memory limit.
+/// Which batch to probe next is guided by a straight line through the peak
+/// memory of the two largest batches that fitted (address space or RSS, as the
+/// limit counts), so that few probes land near the answer; the answer itself
+/// rests only on probes: the largest that fitted and the smallest that did not,
+/// within ~3%. Far from the answer it doubles (at most 8x per jump).
+FitRow search_max_batch(const Options& o, const std::string& model, const std::string& method, Reporter& rep) {
+  FitRow row;
+  row.model = model;
+  row.method = method;
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  ChildOptions co;
+  const bool rss = o.limit == "rss";
+  const double limit_bytes = o.memory_limit_gb * 1024.0 * 1024.0 * 1024.0;
+  co.limit = rss ? MemoryLimit::resident : MemoryLimit::none;
+  co.limit_bytes = limit_bytes;
+  co.quiet = true;
+  bool unknown = false;                                   // a probe ran out of time: neither fits nor fails
+  std::vector<std::pair<double, double>> fitted;          // (batch, peak bytes as the limit counts them)
+  std::pair<double, double> slowest{0, 0};               // (batch, seconds) of the longest probe so far
+  auto probe = [&](std::size_t b) {
+    co.timeout_s = std::max(1.0, std::min(o.probe_timeout, o.max_batch_seconds - elapsed()));
+    auto args = child_args(o, "fit", model, b, method, 1);
+    if (!rss) args.insert(args.end(), {"--child-as-limit", fmt::format("{:.0f}", limit_bytes)});
+    ChildResult cr = run_self(args, co);
+    ++row.probes;
+    if (cr.seconds > slowest.second) slowest = {double(b), cr.seconds};
+    json j = parse_child(cr);
+    bool fits = cr.ok() && j.contains("peak_rss_kb");
+    rep.say("    {} batch {:>6}: {} ({:.1f} s{})\n", method, b, fits ? "fits" : "does not fit", cr.seconds,
+            fits ? fmt::format(", peak RSS {:.0f} MB, address space {:.0f} MB", double(cr.peak_rss_kb) / 1024,
+                               j.value("vm_peak_kb", 0.0) / 1024)
+                 : ", " + (j.contains("error") ? j["error"].get<std::string>() : cr.describe()));
+    if (cr.timed_out) unknown = true;
+    if (fits) {
+      double used = rss ? double(cr.peak_rss_kb) : j.value("vm_peak_kb", 0.0);
+      fitted.emplace_back(double(b), used * 1024.0);
+      std::sort(fitted.begin(), fitted.end());
+      if (b > row.max_batch) {
+        row.max_batch = b;
+        row.peak_mb = double(cr.peak_rss_kb) / 1024;
+      }
+    } else if (!cr.timed_out && (row.upper == 0 || b < row.upper)) {
+      row.upper = b;
+      row.failure = j.contains("error") ? j["error"].get<std::string>() : cr.describe();
+    }
+    return fits;
+  };
+  auto out_of_time = [&] { return unknown || elapsed() >= o.max_batch_seconds; };
+  auto predicted = [&]() -> double {  // batch at which the line reaches the limit; 0: no prediction
+    if (fitted.size() < 2) return 0;
+    auto [b1, m1] = fitted[fitted.size() - 2];
+    auto [b2, m2] = fitted.back();
+    double slope = (m2 - m1) / (b2 - b1);
+    return slope > 0 ? b2 + (limit_bytes - m2) / slope : 0;
+  };
+  auto tolerance = [](std::size_t lo) { return std::max<std::size_t>(1, lo / 32); };
+  auto next_batch = [&]() -> std::size_t {
+    const std::size_t lo = row.max_batch, hi = row.upper;  // hi 0: no upper bound yet
+    const std::size_t step = tolerance(lo);
+    const double p = predicted();
+    if (p > 0) {  // just below the predicted limit (should fit); once there, just above (should not)
+      std::size_t below = std::size_t(0.985 * p), above = std::size_t(std::ceil(1.015 * p));
+      std::size_t next = below > lo + step ? below : std::max(above, lo + 2 * step);
+      // a line through two nearby small batches is mostly fixed overhead: trust it only 8x out
+      const bool spread = fitted.size() >= 2 && fitted[fitted.size() - 2].first * 4 <= fitted.back().first;
+      if (hi == 0) return spread ? std::max(next, lo + 1) : std::min(next, 8 * lo);
+      if (next > lo && next < hi) return next;
+    }
+    return hi == 0 ? 2 * lo : lo + (hi - lo) / 2;
+  };
+
+  std::size_t b = std::max<std::size_t>(1, o.max_batch_start);
+  while (!out_of_time()) {
+    if (b > o.batch_cap) {
+      row.capped = true;
+      break;
+    }
+    // a probe that cannot finish in the time left (its time grows with the batch) is not started
+    if (slowest.first > 0 && slowest.second * double(b) / slowest.first > o.max_batch_seconds - elapsed()) break;
+    probe(b);
+    if (row.upper > 0 && row.upper - row.max_batch <= tolerance(row.max_batch)) {
+      row.exact = true;
+      break;
+    }
+    b = next_batch();
+    if (row.upper == 0 && b > o.batch_cap && row.max_batch < o.batch_cap) b = o.batch_cap;
+  }
+  row.out_of_time = !row.exact && !row.capped;
+  if (row.max_batch == 0 && row.upper == 1) row.error = "even batch 1 does not fit: " + row.failure;
+  if (predicted() > 0) row.predicted = predicted();
+  row.seconds = elapsed();
+  return row;
+}
+
+std::string fit_value(const FitRow& r) {
+  if (!r.error.empty()) return "error";
+  if (r.exact) return std::to_string(r.max_batch);
+  if (r.capped) return fmt::format(">= {} (cap)", r.max_batch);
+  return r.upper ? fmt::format("{}..{} (time cap)", r.max_batch, r.upper - 1)
+                 : fmt::format(">= {} (time cap)", r.max_batch);
+}
+
+/// The target for ghost and jl:K: at least half of none's max batch.
+/// Decided from the measured bounds; "open" when the bounds do not decide it.
+std::string fit_target(const FitRow& r, const FitRow* none) {
+  if (!none || !r.error.empty() || !none->error.empty() || none->max_batch == 0) return "";
+  if (r.method != "ghost" && r.method.rfind("jl:", 0) != 0) return "";
+  const double none_hi = none->upper ? double(none->upper - 1) : INFINITY;
+  const double r_hi = r.upper ? double(r.upper - 1) : INFINITY;
+  if (2.0 * double(r.max_batch) >= none_hi) return ">= 0.5x none: ok";
+  if (2.0 * r_hi < double(none->max_batch)) return ">= 0.5x none: MISSED";
+  if (std::isfinite(r.predicted) && std::isfinite(none->predicted))
+    return fmt::format(">= 0.5x none: open (predicted {:.2f}x)", r.predicted / none->predicted);
+  return ">= 0.5x none: open";
+}
+
+FitBlock run_fit(const Options& o, const std::string& model, Reporter& rep) {
+  FitBlock blk{model, o.optimizer, o.limit, o.memory_limit_gb, {}};
+  rep.say("\n{}: largest batch within {:g} GiB ({}), {}; from batch {}, guided by peak memory, to ~3%, {} s per method\n",
+          model, o.memory_limit_gb, o.limit == "rss" ? "peak RSS" : "address space, RLIMIT_AS", o.optimizer,
+          o.max_batch_start, o.max_batch_seconds);
+  std::vector<std::string> methods = o.methods;  // none first: the others are compared to it
+  auto it = std::find(methods.begin(), methods.end(), "none");
+  if (it != methods.end()) std::rotate(methods.begin(), it, it + 1);
+  std::optional<FitRow> none;
+  for (const auto& m : methods) {
+    FitRow r = search_max_batch(o, model, m, rep);
+    if (m == "none") none = r;
+    std::string ratio = none && none->max_batch && m != "none"
+                            ? fmt::format(" = {:.2f}x none", double(r.max_batch) / double(none->max_batch))
+                            : "";
+    rep.say("  {:<14} max batch {}{}{}{} ({} probes, {:.0f} s) {}\n", m, fit_value(r), ratio,
+            std::isfinite(r.peak_mb) ? fmt::format(", peak RSS {:.0f} MB", r.peak_mb) : "",
+            std::isfinite(r.predicted) ? fmt::format(", linear prediction {:.0f}", r.predicted) : "", r.probes,
+            r.seconds, fit_target(r, none ? &*none : nullptr));
+    if (!r.error.empty()) rep.say("  {:<14} error: {}\n", m, r.error);
+    rep.emit({{"model", model}, {"method", m}, {"max_batch", r.max_batch}, {"memory_limit_gb", o.memory_limit_gb},
+              {"limit", o.limit}, {"exact", r.exact}, {"first_not_fitting", r.upper ? json(r.upper) : json(nullptr)},
+              {"predicted_max_batch", jnum(r.predicted)}, {"peak_rss_mb", jnum(r.peak_mb)}, {"probes", r.probes},
+              {"seconds", r.seconds}, {"optimizer", o.optimizer},
+              {"error", r.error.empty() ? json(nullptr) : json(r.error)}});
+    blk.rows.push_back(r);
+  }
+  return blk;
+}
+
+// ---------------------------------------------------------------- markdown
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      return p == std::string::npos ? line : line.substr(p + 2);
+    }
+  return "unknown CPU";
+}
+
+double mem_total_gib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  in >> key >> kb;
+  return kb / 1024 / 1024;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+void write_markdown(const std::string& path, const std::string& command, const std::vector<SpeedBlock>& speed,
+                    const std::vector<FitBlock>& fits, double total_s, int threads, const std::string& load) {
+  std::ostringstream md;
+  md << "# dpgrad-bench results\n\n"
+     << "Written by `dpgrad-bench` (`./dev bench` runs the default suite and writes this file).\n\n"
+     << fmt::format("- Machine: {}, {} cores, {:.1f} GiB RAM, OpenBLAS threads {}\n", cpu_model(),
+                    std::thread::hardware_concurrency(), mem_total_gib(), threads)
+     << fmt::format("- Load average when the run started (1, 5, 15 min; other processes add noise): {}\n", load)
+     << fmt::format("- Date: {}\n", utc_now()) << fmt::format("- Command: `{}`\n", command)
+     << fmt::format("- Total time: {:.0f} s\n\n", total_s)
+     << "How it measures: every row is its own child process. The method's first step runs alone and its peak RSS "
+        "(VmHWM, whole process) is read right after; then `none` and the method are timed interleaved (none, "
+        "method, none, method, ...) on the same fixed synthetic batch, and the ratio to none is the median of "
+        "the pairwise ratios. `step MB` is the peak minus the RSS before the first step. GFLOP/s = the FLOPs "
+        "of the non-private step's matrix products (forward x W, dW = x^T dy, dx = dy W^T except on the input "
+        "data) divided by the method's median step time: the same useful work for every method.\n";
+  for (const auto& b : speed) {
+    md << fmt::format("\n## {} at batch {} ({}, {} timed steps after {} warm-up; naive: {})\n\n", b.model, b.batch,
+                      b.optimizer, b.steps, b.warmup, b.naive_steps)
+       << fmt::format("Matrix products of the non-private step: {:.3f} GFLOP; plain OpenBLAS sgemm on the same "
+                      "shapes: {:.2f} ms = {:.1f} GFLOP/s.\n\n",
+                      b.ref.step_gflop, b.ref.sgemm_ms, b.ref.sgemm_gflops)
+       << "| method | ms/step (median) | min-max | ratio to none | peak RSS MB | step MB | memory ratio | "
+          "GFLOP/s | target |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    for (const auto& r : b.rows) {
+      if (!r.error.empty()) {
+        md << fmt::format("| {} | error: {} | | | | | | | |\n", r.method, r.error);
+        continue;
+      }
+      md << fmt::format("| {} | {} | {}-{} | {} | {} | {} | {} | {} | {} |\n", r.method, num(r.ms, "{:.2f}"),
+                        num(r.ms_min, "{:.2f}"), num(r.ms_max, "{:.2f}"), num(r.ratio, "{:.2f}"), num(r.peak_mb),
+                        num(r.step_mb), num(r.memory_ratio, "{:.2f}"), num(r.gflops), target_verdict(r));
+    }
+    for (const auto& r : b.rows)
+      if (r.method == "none" && r.error.empty())
+        md << fmt::format("\nThe non-private step runs its matrix products at {:.1f} GFLOP/s, {:.0f}% of plain "
+                          "sgemm on the same shapes (target >= 60%).\n",
+                          r.gflops, 100 * r.gflops / b.ref.sgemm_gflops);
+    md << fmt::format("\n({:.0f} s for this table.)\n", b.seconds);
+  }
+  for (const auto& f : fits) {
+    md << fmt::format("\n## {}: largest batch within {:g} GiB ({})\n\n", f.model, f.limit_gb,
+                      f.limit == "rss" ? "peak resident set" : "address space, RLIMIT_AS")
+       << "One child process per probe (one step of the method, " << f.optimizer
+       << "); probes guided by a line through the peak memory of the two largest batches that fitted, until the "
+          "largest that fits and the smallest that does not are within ~3%, or the method's time cap. `linear "
+          "prediction` is where that line meets the limit (an estimate, not a measurement).\n\n"
+       << "| method | max batch | ratio to none | linear prediction | peak RSS MB at max | first batch that did not "
+          "fit | how it failed | probes | seconds | target |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---|\n";
+    const FitRow* none = nullptr;
+    for (const auto& r : f.rows)
+      if (r.method == "none") none = &r;
+    for (const auto& r : f.rows) {
+      std::string ratio = none && none->max_batch ? fmt::format("{:.2f}", double(r.max_batch) / double(none->max_batch)) : "-";
+      md << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {:.0f} | {} |\n", r.method,
+                        r.error.empty() ? fit_value(r) : "error: " + r.error, ratio, num(r.predicted, "{:.0f}"),
+                        num(r.peak_mb, "{:.0f}"), r.upper ? std::to_string(r.upper) : "-",
+                        r.failure.empty() ? "-" : r.failure, r.probes, r.seconds, fit_target(r, none));
+    }
+  }
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << md.str();
+  if (!out) throw std::runtime_error("error writing " + path);
+}
+
+// ---------------------------------------------------------------- suites
+
+void check(const Options& o) {
+  for (const auto& m : o.models) {
+    bool known = false;
+    for (const auto& n : model_names()) known |= n == m;
+    require(known, "unknown --model '" + m + "' (cnn26k, bilstm598k, cnn17m, mlp)");
+  }
+  for (const auto& m : o.methods) make_clip_strategy<float>(m, 256);  // throws on an unknown spec
+  for (auto b : o.batches) require(b >= 1, "--batch must be >= 1");
+  require(o.optimizer == "sgd" || o.optimizer == "adam", "--optimizer must be sgd or adam");
+  require(o.steps >= 1, "--steps must be >= 1");
+  require(o.warmup >= 1, "--warmup must be >= 1 (the first step measures memory)");
+  require(o.naive_steps >= 1, "--naive-steps must be >= 1");
+  require(o.memory_limit_gb > 0, "--memory-limit-gb must be > 0");
+  require(o.limit == "as" || o.limit == "rss", "--limit must be as or rss");
+  require(o.max_batch_seconds > 0 && o.probe_timeout > 0, "time caps must be > 0");
+}
+
+int run(Options o, const std::string& command, const std::set<std::string>& given) {
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string load = load_average();
+  if (o.threads > 0) blas::set_threads(o.threads);
+  Reporter rep(o.json_out);
+  std::vector<SpeedBlock> speed;
+  std::vector<FitBlock> fits;
+  auto add_speed = [&](const Options& p) {
+    check(p);
+    for (const auto& m : p.models)
+      for (auto b : p.batches) speed.push_back(run_speed(p, m, b, rep));
+  };
+  auto add_fit = [&](const Options& p) {
+    check(p);
+    for (const auto& m : p.models) fits.push_back(run_fit(p, m, rep));
+  };
+  if (o.suite == "default") {
+    // Tables 1-2 (speed, memory) on the paper's two models, Tables 3-4 (max batch) on cnn17m.
+    rep.say("dpgrad-bench: default suite\n");
+    Options p = o;
+    p.batches = {256};
+    p.methods = {"none", "ghost", "vanilla", "jl:1", "jl:5", "microbatch:16", "naive"};
+    p.models = {"cnn26k"};
+    if (!given.count("--steps")) p.steps = 10;
+    add_speed(p);
+    p.models = {"bilstm598k"};
+    if (!given.count("--steps")) p.steps = 5;
+    add_speed(p);
+    p.models = {"cnn17m"};
+    p.methods = {"none", "ghost", "jl:5", "vanilla"};
+    if (!given.count("--max-batch-seconds")) p.max_batch_seconds = 140;
+    add_fit(p);
+  } else if (!o.suite.empty()) {
+    throw std::invalid_argument("unknown --suite '" + o.suite + "' (default)");
+  } else if (o.max_batch) {
+    if (!given.count("--model")) o.models = {"cnn17m"};
+    if (!given.count("--methods")) o.methods = {"none", "ghost", "jl:5", "vanilla"};
+    add_fit(o);
+  } else {
+    add_speed(o);
+  }
+  double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.say("\ndone in {:.0f} s\n", total);
+  if (!o.markdown.empty()) {
+    write_markdown(o.markdown, command, speed, fits, total, blas::threads(), load);
+    rep.say("wrote {}\n", o.markdown);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"dpgrad-bench: speed and memory of the clipping strategies against non-private training"};
+  app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp (comma-separated)")->delimiter(',');
+  app.add_option("--batch", o.batches, "batch sizes (comma-separated)")->delimiter(',')->capture_default_str();
+  app.add_option("--methods", o.methods, "none, naive, vanilla, ghost, jl:K, microbatch:M (comma-separated)")
+      ->delimiter(',');
+  app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps per method, after the warm-up")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps per method first (the first one measures memory)")
+      ->capture_default_str();
+  app.add_option("--naive-steps", o.naive_steps, "timed steps of naive (a per-example loop: slow)")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "BLAS threads (0: OpenBLAS's default)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the model and the synthetic batch")->capture_default_str();
+  app.add_flag("--gemm-detail", o.gemm_detail, "time each matrix product shape of the non-private step on its own");
+  app.add_flag("--json", o.json_out, "one JSON object per (model, method, batch) on stdout");
+  app.add_option("--markdown", o.markdown, "write the results as a markdown table to this file");
+  app.add_option("--suite", o.suite, "default: the suite of ./dev bench (also what no arguments run)");
+  app.add_flag("--max-batch", o.max_batch, "find the largest batch each method runs within --memory-limit-gb");
+  app.add_option("--memory-limit-gb", o.memory_limit_gb, "memory limit of --max-batch, GiB")->capture_default_str();
+  app.add_option("--limit", o.limit, "as: address space (RLIMIT_AS); rss: peak resident set")->capture_default_str();
+  app.add_option("--max-batch-seconds", o.max_batch_seconds, "time cap of one method's search")->capture_default_str();
+  app.add_option("--probe-timeout", o.probe_timeout, "time cap of one probe, seconds")->capture_default_str();
+  app.add_option("--max-batch-start", o.max_batch_start, "first batch size the search tries")->capture_default_str();
+  app.add_option("--batch-cap", o.batch_cap, "largest batch the search tries")->capture_default_str();
+  app.add_option("--child", o.child)->group("");
+  app.add_option("--child-method", o.child_method)->group("");
+  app.add_option("--child-as-limit", o.child_as_limit)->group("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  if (!o.child.empty()) return run_child(o);
+
+  std::string command = "dpgrad-bench";
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+  if (argc == 1) {  // ./dev bench: the default suite, written to bench/RESULTS.md
+    o.suite = "default";
+    if (access("bench", F_OK) == 0) o.markdown = "bench/RESULTS.md";
+    else fmt::print(stderr, "dpgrad-bench: no bench/ folder here; not writing RESULTS.md\n");
+    command += " (no arguments: --suite default --markdown bench/RESULTS.md)";
+  }
+  std::set<std::string> given;
+  for (const auto* opt : app.get_options())
+    if (opt->count() > 0) given.insert(opt->get_name());
+  try {
+    return run(o, command, given);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
+    return 2;
+  }
+}
