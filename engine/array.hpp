@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -22,6 +23,13 @@ using Shape = std::vector<std::size_t>;
 template <class T>
 Shape shape_of(const ArrayT<T>& a) {
   return Shape(a.shape().begin(), a.shape().end());
+}
+
+/// "(2, 3, 4)", for error messages.
+inline std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + ")";
 }
 
 inline std::size_t numel(const Shape& s) {

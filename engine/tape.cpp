@@ -14,11 +14,6 @@ TapeT<T>*& active_tape_slot() {
   return tape;
 }
 
-std::string shape_str(const Shape& s) {
-  std::string r = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + ")";
-}
 }  // namespace
 
 template <class T>

@@ -9,14 +9,6 @@
 
 namespace dpgrad {
 
-namespace {
-std::string shape_str(const Shape& s) {
-  std::string r = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + ")";
-}
-}  // namespace
-
 template <class T>
 Conv2dT<T>::Conv2dT(std::size_t in_channels, std::size_t out_channels, std::size_t kernel_h, std::size_t kernel_w,
                     std::size_t stride, Padding padding, Rng& rng, const std::string& name, bool bias)

@@ -158,28 +158,42 @@ class NaiveStrategy final : public ClipStrategyT<T> {
   }
 };
 
+/// The exact strategies: one forward and one backward with every parameter use
+/// recorded; they differ in how norms and sums come from the uses.
 template <class T>
-class VanillaStrategy final : public ClipStrategyT<T> {
+class RuleStrategy : public ClipStrategyT<T> {
  public:
-  std::string name() const override { return "vanilla"; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
+    if (batch.size() == 0) return empty_result(ps);
     ClipResult<T> res;
-    std::size_t b = batch.size();
-    if (b == 0) return empty_result(ps);
     TapeT<T> tape;
     res.loss_sum = record_uses(tape, model, batch, ps);
-    auto groups = groups_by_param(tape, ps);
-    std::vector<ArrayT<T>> per_sample;  // (B, ...param shape)
+    clip_from_uses(groups_by_param(tape, ps), ps, batch.size(), clip_norm, res);
+    return res;
+  }
+
+ protected:
+  /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient).
+  virtual void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
+                              std::size_t b, double clip_norm, ClipResult<T>& res) = 0;
+};
+
+template <class T>
+class VanillaStrategy final : public RuleStrategy<T> {
+ public:
+  std::string name() const override { return "vanilla"; }
+
+ private:
+  void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
+                      std::size_t b, double clip_norm, ClipResult<T>& res) override {
+    std::vector<ArrayT<T>> per_sample(ps.size());  // (B, ...param shape)
     ArrayT<T> norms_sq = xt::zeros<T>({b});
     for (std::size_t j = 0; j < ps.size(); ++j) {
-      if (!groups[j]) {
-        per_sample.emplace_back();
-        continue;
-      }
-      per_sample.push_back(per_sample_gradients(*groups[j], b));
+      if (!groups[j]) continue;
+      per_sample[j] = per_sample_gradients(*groups[j], b);
       std::size_t n = ps[j].size();
-      const T* g = per_sample.back().data();
+      const T* g = per_sample[j].data();
       for (std::size_t i = 0; i < b; ++i) {
         T s = 0;
         for (std::size_t k = 0; k < n; ++k) s += g[i * n + k] * g[i * n + k];
@@ -193,29 +207,23 @@ class VanillaStrategy final : public ClipStrategyT<T> {
         blas::gemm<T>(false, false, 1, ps[j].size(), b, T(1), c.data(), per_sample[j].data(), T(0), s.data());
       res.sum.push_back(std::move(s));
     }
-    return res;
   }
 };
 
 template <class T>
-class GhostStrategy final : public ClipStrategyT<T> {
+class GhostStrategy final : public RuleStrategy<T> {
  public:
   std::string name() const override { return "ghost"; }
-  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
-    auto ps = model.parameters();
-    ClipResult<T> res;
-    std::size_t b = batch.size();
-    if (b == 0) return empty_result(ps);
-    TapeT<T> tape;
-    res.loss_sum = record_uses(tape, model, batch, ps);
-    auto groups = groups_by_param(tape, ps);
+
+ private:
+  void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
+                      std::size_t b, double clip_norm, ClipResult<T>& res) override {
     ArrayT<T> norms_sq = xt::zeros<T>({b});
     for (const auto* g : groups)
       if (g) norms_sq += per_sample_norms_squared(*g, b);
     ArrayT<T> c = factors(norms_sq, clip_norm, res);
     for (std::size_t j = 0; j < ps.size(); ++j)
       res.sum.push_back(groups[j] ? weighted_gradient_sum(*groups[j], c) : ArrayT<T>(xt::zeros<T>(ps[j].value().shape())));
-    return res;
   }
 };
 

@@ -16,11 +16,7 @@
 
 namespace dpgrad::detail {
 
-inline std::string shape_str(const Shape& s) {
-  std::string r = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + ")";
-}
+using dpgrad::shape_str;
 
 /// The numpy broadcast of two shapes; throws naming `op` when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

@@ -38,22 +38,6 @@ bool search_up(fs::path start, fs::path& found) {
   }
 }
 
-std::string read_whole(const fs::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw DataError(path.string() + ": cannot read: " + std::strerror(errno));
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const std::size_t r = std::fread(buf, 1, sizeof(buf), f);
-    out.append(buf, r);
-    if (r < sizeof(buf)) break;
-  }
-  const bool bad = std::ferror(f) != 0;
-  std::fclose(f);
-  if (bad) throw DataError(path.string() + ": read error");
-  return out;
-}
-
 }  // namespace
 
 std::uint64_t fnv1a64(std::string_view bytes) {
@@ -125,7 +109,7 @@ RawText load_spamassassin(const std::string& package_dir, Split split) {
       for (const auto& f : files) {
         const bool test = is_test_message(f.filename().string());
         if ((split == Split::train && test) || (split == Split::test && !test)) continue;
-        raw.docs.push_back(message_body(read_whole(f)));
+        raw.docs.push_back(message_body(read_file(f)));
         raw.labels.push_back(label);
         raw.sources.push_back(f.string());
       }

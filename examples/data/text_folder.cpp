@@ -44,7 +44,13 @@ void for_each_token(std::string_view text, Emit&& emit) {
   if (!word.empty()) emit(word);
 }
 
-std::string read_file(const fs::path& path) {
+bool ends_with_txt(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".txt") == 0;
+}
+
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw DataError(path.string() + ": cannot read: " + std::strerror(errno));
   std::string out;
@@ -60,12 +66,6 @@ std::string read_file(const fs::path& path) {
   if (bad) throw DataError(path.string() + ": read error: " + std::strerror(err));
   return out;
 }
-
-bool ends_with_txt(const std::string& name) {
-  return name.size() > 4 && name.compare(name.size() - 4, 4, ".txt") == 0;
-}
-
-}  // namespace
 
 std::vector<std::string> tokenize(std::string_view text) {
   std::vector<std::string> out;

@@ -4,6 +4,8 @@
 // that the embedding and LSTM layers consume.
 #pragma once
 
+#include <filesystem>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,6 +39,9 @@ struct TextDataset {
 /// "o'brien"; "'quoted'" gives "quoted"). Every other byte separates words,
 /// including every byte >= 0x80 (so non-UTF-8 input is harmless, and words with
 /// non-ASCII letters are split around them: "café" gives "caf").
+/// The whole file as bytes; DataError naming the file when it cannot be read.
+std::string read_file(const std::filesystem::path& path);
+
 std::vector<std::string> tokenize(std::string_view text);
 
 /// Word -> id. Id 0 is padding ("<pad>"), id 1 is unknown ("<unk>"), then words
