@@ -56,7 +56,7 @@ nlohmann::json number_or_inf(double x) {
   return x > 0 ? "inf" : "-inf";
 }
 
-std::string fmt_eps(double x) { return std::isfinite(x) ? fmt::format("{:.4f}", x) : std::string("inf"); }
+std::string fmt_eps(double x) { return format_epsilon(x); }
 
 const char* describe(const std::string& name) {
   if (name == "rdp") return "Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019)";

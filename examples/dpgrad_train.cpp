@@ -97,7 +97,7 @@ double accuracy(ModelT<float>& model, const BatchT<float>& test) {
   return n ? double(correct) / double(n) : 0.0;
 }
 
-std::string fmt_eps(double e) { return std::isfinite(e) ? fmt::format("{:.4g}", e) : "inf"; }
+std::string fmt_eps(double e) { return privacy::format_epsilon(e); }
 json eps_json(double e) { return std::isfinite(e) ? json(e) : json("inf"); }
 
 BatchT<float> limit(const BatchT<float>& b, std::size_t n) {

@@ -56,6 +56,17 @@ std::unique_ptr<Accountant> pld_from_json([[maybe_unused]] const nlohmann::json&
 
 }  // namespace
 
+std::string format_epsilon(double epsilon, int decimals) {
+  if (std::isnan(epsilon)) return "nan";
+  if (!std::isfinite(epsilon)) return "inf";
+  const double scale = std::pow(10.0, decimals);
+  double up = std::ceil(epsilon * scale) / scale;
+  if (up < epsilon) up = std::nextafter(up + 1.0 / scale, INFINITY);  // rounding in the division
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, up);
+  return buf;
+}
+
 std::string to_string(Neighbouring n) {
   return n == Neighbouring::add_remove ? "add/remove-one" : "replace-one";
 }

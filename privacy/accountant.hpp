@@ -53,6 +53,10 @@ class Accountant {
   std::vector<Step> ledger_;
 };
 
+/// epsilon for people to read: rounded UP to `decimals` decimals (never below
+/// the value computed), "inf" when infinite.
+std::string format_epsilon(double epsilon, int decimals = 4);
+
 /// Builds an accountant from to_json() output (settings and ledger).
 std::unique_ptr<Accountant> accountant_from_json(const nlohmann::json& j);
 

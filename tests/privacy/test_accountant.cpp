@@ -168,3 +168,14 @@ TEST_CASE("malformed JSON is refused with invalid_argument") {
   j["epoch_fraction"] = 1.0;
   CHECK_THROWS_AS(accountant_from_json(j), std::invalid_argument);
 }
+
+TEST_CASE("format_epsilon rounds upwards, never below the computed value") {
+  using dpgrad::privacy::format_epsilon;
+  CHECK(format_epsilon(1.13532) == "1.1354");  // plain rounding would print 1.1353 < 1.13532
+  CHECK(format_epsilon(2.59707951) == "2.5971");
+  CHECK(format_epsilon(3.0) == "3.0000");
+  CHECK(format_epsilon(0.00001) == "0.0001");
+  CHECK(format_epsilon(std::numeric_limits<double>::infinity()) == "inf");
+  for (double e : {0.1, 0.30000000000000004, 1.0 / 3.0, 12.34565, 239.25030862})
+    CHECK(std::stod(format_epsilon(e)) >= e);
+}
