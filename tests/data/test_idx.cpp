@@ -3,6 +3,8 @@
 // problem, and the real Fashion-MNIST test set loads when the package is installed.
 #include <doctest/doctest.h>
 
+#include "support/temp_dir.hpp"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -20,19 +22,8 @@ using namespace dpgrad::data;
 
 namespace {
 
-/// A fresh temporary folder, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dpgrad-idx-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
+struct TempDir : dpgrad::test::TempDir {
+  TempDir() : dpgrad::test::TempDir("dpgrad-idx") {}
 };
 
 using Bytes = std::vector<unsigned char>;

@@ -4,6 +4,8 @@
 // hash split and loader on a fake package, and the real corpus when present.
 #include <doctest/doctest.h>
 
+#include "support/temp_dir.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -22,18 +24,8 @@ using Ids = std::vector<std::int32_t>;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dpgrad-text-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
+struct TempDir : dpgrad::test::TempDir {
+  TempDir() : dpgrad::test::TempDir("dpgrad-text") {}
 };
 
 /// Sets an environment variable for one scope.

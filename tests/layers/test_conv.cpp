@@ -57,16 +57,7 @@ void check_param_grads(F&& f, const std::vector<D>& params, Rng& rng) {
   }
 }
 
-/// Entries on a shuffled grid spaced by 0.1: pooling windows have distinct maxima.
-A distinct_values(const Shape& s, Rng& rng) {
-  std::size_t n = numel(s);
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-  A a = A::from_shape(s);
-  for (std::size_t i = 0; i < n; ++i) a.data()[i] = 0.1 * (double(order[i]) - double(n) / 2) + 0.01 * rng.uniform();
-  return a;
-}
+A distinct_values(const Shape& s, Rng& rng) { return test::distinct_values<double>(s, rng); }
 
 }  // namespace
 

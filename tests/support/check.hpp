@@ -21,6 +21,19 @@ ArrayT<T> randn(const Shape& s, Rng& rng, double stddev = 1.0) {
   return a;
 }
 
+/// Entries on a shuffled grid spaced by 0.1 (plus jitter far below the spacing):
+/// every max-pooling window has a maximum distinct by a margin, away from kinks.
+template <class T>
+ArrayT<T> distinct_values(const Shape& s, Rng& rng) {
+  std::size_t n = numel(s);
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  ArrayT<T> a = ArrayT<T>::from_shape(s);
+  for (std::size_t i = 0; i < n; ++i) a.data()[i] = T(0.1 * (double(order[i]) - double(n) / 2) + 0.01 * rng.uniform());
+  return a;
+}
+
 /// Empty string when a and b agree to `rtol` relative to max(|a|,|b|, atol_floor); else a readable diff.
 template <class A, class B>
 std::string mismatch(const A& a, const B& b, double rtol, double floor = 1e-12) {
