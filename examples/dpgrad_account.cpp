@@ -21,15 +21,7 @@
 #include "privacy/rdp.hpp"
 #include "privacy/shuffle.hpp"
 
-// ==== PLD HOOK (the one place this program touches the PLD accountant) =======
-// Same switch as DPGRAD_HAVE_PLD in privacy/accountant.cpp: 1 uses
-// PldAccountant::epsilon_bounds(delta) for the error bound.
-#ifndef DPGRAD_HAVE_PLD
-#define DPGRAD_HAVE_PLD 1
-#endif
-#if DPGRAD_HAVE_PLD
 #include "privacy/pld.hpp"
-#endif
 
 namespace {
 
@@ -40,16 +32,13 @@ struct InvalidInput : std::runtime_error {
 };
 
 /// error_bound = upper - lower of the PLD accountant; nullopt for the others.
-std::optional<double> pld_error_bound([[maybe_unused]] const Accountant& a, [[maybe_unused]] double delta) {
-#if DPGRAD_HAVE_PLD
+std::optional<double> pld_error_bound(const Accountant& a, double delta) {
   if (const auto* p = dynamic_cast<const PldAccountant*>(&a)) {
     const auto [lower, upper] = p->epsilon_bounds(delta);
     return upper - lower;
   }
-#endif
   return std::nullopt;
 }
-// ==== end of PLD HOOK =========================================================
 
 nlohmann::json number_or_inf(double x) {
   if (std::isfinite(x)) return x;

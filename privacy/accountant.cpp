@@ -16,17 +16,7 @@
 #include "privacy/shuffle.hpp"
 #include "privacy/wor.hpp"
 
-// ==== PLD HOOK (the one place accountant.cpp touches the PLD accountant) =====
-// Connected: privacy/pld.hpp declares PldAccountant. With DPGRAD_HAVE_PLD 0
-// (here and in examples/dpgrad_account.cpp) the library builds without it and
-// "pld" is refused with a clear message. make_pld() uses PldAccountant's default
-// Options; AccountantOptions carries no PLD settings yet.
-#ifndef DPGRAD_HAVE_PLD
-#define DPGRAD_HAVE_PLD 1
-#endif
-#if DPGRAD_HAVE_PLD
 #include "privacy/pld.hpp"
-#endif
 
 namespace dpgrad::privacy {
 namespace {
@@ -37,22 +27,9 @@ std::string num(double x) {
   return buf;
 }
 
-std::unique_ptr<Accountant> make_pld([[maybe_unused]] const AccountantOptions& opts) {
-#if DPGRAD_HAVE_PLD
-  return std::make_unique<PldAccountant>();
-#else
-  throw std::invalid_argument("accountant 'pld' is not available in this build yet");
-#endif
-}
+std::unique_ptr<Accountant> make_pld(const AccountantOptions&) { return std::make_unique<PldAccountant>(); }
 
-std::unique_ptr<Accountant> pld_from_json([[maybe_unused]] const nlohmann::json& j) {
-#if DPGRAD_HAVE_PLD
-  return PldAccountant::from_json(j);
-#else
-  throw std::invalid_argument("accountant 'pld' is not available in this build yet");
-#endif
-}
-// ==== end of PLD HOOK =========================================================
+std::unique_ptr<Accountant> pld_from_json(const nlohmann::json& j) { return PldAccountant::from_json(j); }
 
 }  // namespace
 
