@@ -21,17 +21,17 @@
 namespace dpgrad::privacy {
 namespace {
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 std::unique_ptr<Accountant> make_pld(const AccountantOptions&) { return std::make_unique<PldAccountant>(); }
 
 std::unique_ptr<Accountant> pld_from_json(const nlohmann::json& j) { return PldAccountant::from_json(j); }
 
 }  // namespace
+
+std::string format_number(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+  return buf;
+}
 
 std::string format_epsilon(double epsilon, int decimals) {
   if (std::isnan(epsilon)) return "nan";
@@ -54,10 +54,10 @@ std::string to_string(Neighbouring n) {
 void Accountant::validate(const Step& s) const {
   if (!(s.sampling_rate > 0.0 && s.sampling_rate <= 1.0))
     throw std::invalid_argument(name() + " accountant: sampling rate q must be in (0, 1], got " +
-                                num(s.sampling_rate));
+                                format_number(s.sampling_rate));
   if (!(s.noise_multiplier > 0.0) || !std::isfinite(s.noise_multiplier))
     throw std::invalid_argument(name() + " accountant: noise multiplier sigma must be finite and > 0, got " +
-                                num(s.noise_multiplier) +
+                                format_number(s.noise_multiplier) +
                                 (s.noise_multiplier == 0.0 ? " (no noise: epsilon is infinite)" : ""));
   if (s.count < 1)
     throw std::invalid_argument(name() + " accountant: step count must be >= 1, got " +

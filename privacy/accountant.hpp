@@ -53,6 +53,9 @@ class Accountant {
   std::vector<Step> ledger_;
 };
 
+/// A number for error messages: `digits` significant digits (17: round trip).
+std::string format_number(double x, int digits = 17);
+
 /// epsilon for people to read: rounded UP to `decimals` decimals (never below
 /// the value computed), "inf" when infinite.
 std::string format_epsilon(double epsilon, int decimals = 4);

@@ -1,6 +1,7 @@
 // Bracketing + bisection for the noise multiplier that reaches a target
 // epsilon. Only sigmas whose epsilon was actually computed and found <= the
 // target are ever returned, so the result is as safe as the accountant.
+#include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 
 #include <cmath>
@@ -12,12 +13,6 @@
 namespace dpgrad::privacy {
 namespace {
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
-}
-
 constexpr double kSigmaMin = 1e-4, kSigmaMax = 1e7;
 
 }  // namespace
@@ -25,9 +20,9 @@ constexpr double kSigmaMin = 1e-4, kSigmaMax = 1e7;
 Calibration calibrate_sigma(const std::function<double(double)>& epsilon_of, double target,
                             double sigma_rel_tol) {
   if (!(target > 0.0) || !std::isfinite(target))
-    throw std::invalid_argument("calibration: target epsilon must be finite and > 0, got " + num(target));
+    throw std::invalid_argument("calibration: target epsilon must be finite and > 0, got " + format_number(target, 6));
   if (!(sigma_rel_tol > 0.0 && sigma_rel_tol < 1.0))
-    throw std::invalid_argument("calibration: relative tolerance must be in (0, 1), got " + num(sigma_rel_tol));
+    throw std::invalid_argument("calibration: relative tolerance must be in (0, 1), got " + format_number(sigma_rel_tol, 6));
   int evals = 0;
   auto eps = [&](double s) {
     ++evals;
@@ -42,8 +37,8 @@ Calibration calibrate_sigma(const std::function<double(double)>& epsilon_of, dou
     while (true) {
       hi *= 2.0;
       if (hi > kSigmaMax)
-        throw std::invalid_argument("calibration: target epsilon " + num(target) +
-                                    " is not reached by any noise multiplier up to " + num(kSigmaMax));
+        throw std::invalid_argument("calibration: target epsilon " + format_number(target, 6) +
+                                    " is not reached by any noise multiplier up to " + format_number(kSigmaMax, 6));
       eps_hi = eps(hi);
       if (eps_hi <= target) break;
       lo = hi;
@@ -52,8 +47,8 @@ Calibration calibrate_sigma(const std::function<double(double)>& epsilon_of, dou
     while (true) {
       const double s = hi / 2.0;
       if (s < kSigmaMin)
-        throw std::invalid_argument("calibration: target epsilon " + num(target) +
-                                    " is met even at noise multiplier " + num(hi) +
+        throw std::invalid_argument("calibration: target epsilon " + format_number(target, 6) +
+                                    " is met even at noise multiplier " + format_number(hi, 6) +
                                     "; no smallest sigma in range (is the target too large?)");
       const double e = eps(s);
       if (e > target) {
@@ -82,7 +77,7 @@ Calibration calibrate_sigma(const std::function<double(double)>& epsilon_of, dou
 Calibration calibrate_noise_multiplier(const std::function<std::unique_ptr<Accountant>()>& make,
                                        double q, long steps, double target, double delta, int jl_dim) {
   if (!(delta > 0.0 && delta < 1.0))
-    throw std::invalid_argument("calibration: delta must be in (0, 1), got " + num(delta));
+    throw std::invalid_argument("calibration: delta must be in (0, 1), got " + format_number(delta, 6));
   if (steps < 1) throw std::invalid_argument("calibration: steps must be >= 1, got " + std::to_string(steps));
   // Validate q, jl_dim once up front so a bad input fails with the accountant's own message.
   make()->step(q, 1.0, steps, jl_dim);

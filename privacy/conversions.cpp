@@ -1,6 +1,7 @@
 // Conversions between privacy notions, composition theorems, the analytic
 // Gaussian mechanism and the log-space helpers behind them. Every result that
 // is a privacy cost is rounded towards the pessimistic side.
+#include "privacy/accountant.hpp"
 #include "privacy/conversions.hpp"
 
 #include <algorithm>
@@ -25,15 +26,9 @@ double round_up(double x) {
   return x + std::abs(x) * kUpMargin + 1e-300;
 }
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 void check_delta(double delta, const char* what) {
   if (!(delta > 0.0 && delta < 1.0))
-    throw std::invalid_argument(std::string(what) + ": delta must be in (0, 1), got " + num(delta));
+    throw std::invalid_argument(std::string(what) + ": delta must be in (0, 1), got " + format_number(delta));
 }
 
 void check_orders(const std::vector<double>& orders, const std::vector<double>& rdp) {
@@ -42,10 +37,10 @@ void check_orders(const std::vector<double>& orders, const std::vector<double>& 
                                 " orders but " + std::to_string(rdp.size()) + " rdp values");
   for (double a : orders)
     if (!(a > 1.0) || !std::isfinite(a))
-      throw std::invalid_argument("rdp conversion: orders must be finite and > 1, got " + num(a));
+      throw std::invalid_argument("rdp conversion: orders must be finite and > 1, got " + format_number(a));
   for (double r : rdp)
     if (std::isnan(r) || r < 0.0)
-      throw std::invalid_argument("rdp conversion: rdp values must be >= 0, got " + num(r));
+      throw std::invalid_argument("rdp conversion: rdp values must be >= 0, got " + format_number(r));
 }
 
 }  // namespace
@@ -120,7 +115,7 @@ RdpEpsilon rdp_to_epsilon(const std::vector<double>& orders, const std::vector<d
 double rdp_to_delta(const std::vector<double>& orders, const std::vector<double>& rdp,
                     double epsilon) {
   if (!(epsilon >= 0.0))
-    throw std::invalid_argument("rdp_to_delta: epsilon must be >= 0, got " + num(epsilon));
+    throw std::invalid_argument("rdp_to_delta: epsilon must be >= 0, got " + format_number(epsilon));
   check_orders(orders, rdp);
   double log_delta = 0.0;  // delta <= 1 always
   for (std::size_t i = 0; i < orders.size(); ++i) {
@@ -142,7 +137,7 @@ DpGuarantee compose_basic(const std::vector<DpGuarantee>& parts) {
   for (const auto& p : parts) {
     if (!(p.epsilon >= 0.0) || !(p.delta >= 0.0 && p.delta <= 1.0))
       throw std::invalid_argument("compose_basic: each part needs epsilon >= 0 and delta in [0, 1], got (" +
-                                  num(p.epsilon) + ", " + num(p.delta) + ")");
+                                  format_number(p.epsilon) + ", " + format_number(p.delta) + ")");
     total.epsilon += p.epsilon;
     total.delta += p.delta;
   }
@@ -153,9 +148,9 @@ DpGuarantee compose_basic(const std::vector<DpGuarantee>& parts) {
 
 DpGuarantee compose_advanced(double epsilon, double delta, long k, double delta_prime) {
   if (!(epsilon >= 0.0))
-    throw std::invalid_argument("compose_advanced: epsilon must be >= 0, got " + num(epsilon));
+    throw std::invalid_argument("compose_advanced: epsilon must be >= 0, got " + format_number(epsilon));
   if (!(delta >= 0.0 && delta <= 1.0))
-    throw std::invalid_argument("compose_advanced: delta must be in [0, 1], got " + num(delta));
+    throw std::invalid_argument("compose_advanced: delta must be in [0, 1], got " + format_number(delta));
   if (k < 1) throw std::invalid_argument("compose_advanced: k must be >= 1, got " + std::to_string(k));
   check_delta(delta_prime, "compose_advanced (delta')");
   const double kd = static_cast<double>(k);
@@ -167,10 +162,10 @@ DpGuarantee compose_advanced(double epsilon, double delta, long k, double delta_
 
 double amplify_by_subsampling(double epsilon, double sampling_rate) {
   if (!(epsilon >= 0.0))
-    throw std::invalid_argument("amplify_by_subsampling: epsilon must be >= 0, got " + num(epsilon));
+    throw std::invalid_argument("amplify_by_subsampling: epsilon must be >= 0, got " + format_number(epsilon));
   if (!(sampling_rate > 0.0 && sampling_rate <= 1.0))
     throw std::invalid_argument("amplify_by_subsampling: sampling rate must be in (0, 1], got " +
-                                num(sampling_rate));
+                                format_number(sampling_rate));
   if (epsilon == kInf) return kInf;
   // log(1 + q (e^eps - 1)), in a form that neither overflows nor loses small eps.
   const double em1 = std::expm1(epsilon);
@@ -183,9 +178,9 @@ double amplify_by_subsampling(double epsilon, double sampling_rate) {
 // ---- Gaussian mechanism ---------------------------------------------------
 
 double gaussian_dp_delta(double mu, double epsilon) {
-  if (!(mu >= 0.0)) throw std::invalid_argument("gaussian_dp_delta: mu must be >= 0, got " + num(mu));
+  if (!(mu >= 0.0)) throw std::invalid_argument("gaussian_dp_delta: mu must be >= 0, got " + format_number(mu));
   if (!(epsilon >= 0.0))
-    throw std::invalid_argument("gaussian_dp_delta: epsilon must be >= 0, got " + num(epsilon));
+    throw std::invalid_argument("gaussian_dp_delta: epsilon must be >= 0, got " + format_number(epsilon));
   if (mu == 0.0) return 0.0;
   if (mu == kInf) return 1.0;
   if (epsilon == kInf) return 0.0;
@@ -201,9 +196,9 @@ double gaussian_dp_delta(double mu, double epsilon) {
 
 double analytic_gaussian_delta(double sensitivity, double noise_std, double epsilon) {
   if (!(sensitivity > 0.0) || !std::isfinite(sensitivity))
-    throw std::invalid_argument("analytic_gaussian_delta: sensitivity must be > 0, got " + num(sensitivity));
+    throw std::invalid_argument("analytic_gaussian_delta: sensitivity must be > 0, got " + format_number(sensitivity));
   if (!(noise_std >= 0.0))
-    throw std::invalid_argument("analytic_gaussian_delta: noise std must be >= 0, got " + num(noise_std));
+    throw std::invalid_argument("analytic_gaussian_delta: noise std must be >= 0, got " + format_number(noise_std));
   if (noise_std == 0.0) return 1.0;
   // Balle and Wang 2018, Thm. 8: the same curve as mu-GDP with mu = Delta / s.
   return gaussian_dp_delta(sensitivity / noise_std, epsilon);
@@ -211,7 +206,7 @@ double analytic_gaussian_delta(double sensitivity, double noise_std, double epsi
 
 double gaussian_dp_epsilon(double mu, double delta) {
   check_delta(delta, "gaussian_dp_epsilon");
-  if (!(mu >= 0.0)) throw std::invalid_argument("gaussian_dp_epsilon: mu must be >= 0, got " + num(mu));
+  if (!(mu >= 0.0)) throw std::invalid_argument("gaussian_dp_epsilon: mu must be >= 0, got " + format_number(mu));
   if (mu == kInf) return kInf;
   if (gaussian_dp_delta(mu, 0.0) <= delta) return 0.0;
   // delta(eps) is decreasing in eps: bracket, then bisect keeping the upper end.
@@ -232,17 +227,17 @@ double gaussian_dp_epsilon(double mu, double delta) {
 double analytic_gaussian_noise_std(double epsilon, double delta, double sensitivity) {
   if (!(epsilon >= 0.0) || !std::isfinite(epsilon))
     throw std::invalid_argument("analytic_gaussian_noise_std: epsilon must be finite and >= 0, got " +
-                                num(epsilon));
+                                format_number(epsilon));
   check_delta(delta, "analytic_gaussian_noise_std");
   if (!(sensitivity > 0.0) || !std::isfinite(sensitivity))
     throw std::invalid_argument("analytic_gaussian_noise_std: sensitivity must be > 0, got " +
-                                num(sensitivity));
+                                format_number(sensitivity));
   // delta is decreasing in s; find the smallest s with delta(s) <= target, keep the upper end.
   double lo = 0.0, hi = sensitivity;
   while (analytic_gaussian_delta(sensitivity, hi, epsilon) > delta) {
     lo = hi;
     hi *= 2.0;
-    if (hi > 1e300) throw std::invalid_argument("analytic_gaussian_noise_std: no finite noise reaches delta " + num(delta));
+    if (hi > 1e300) throw std::invalid_argument("analytic_gaussian_noise_std: no finite noise reaches delta " + format_number(delta));
   }
   if (lo == 0.0) {
     // Shrink the bracket from above until it straddles the boundary.

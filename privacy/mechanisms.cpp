@@ -1,5 +1,6 @@
 // Gaussian, Laplace and vector-Laplace noise on top of dpgrad::Rng, with the
 // input checks that keep a bad scale from silently releasing unprotected data.
+#include "privacy/accountant.hpp"
 #include "privacy/mechanisms.hpp"
 
 #include <cmath>
@@ -10,20 +11,14 @@
 namespace dpgrad::privacy {
 namespace {
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 void require_positive(double x, const char* fn, const char* what) {
   if (!(x > 0.0) || !std::isfinite(x))
-    throw std::invalid_argument(std::string(fn) + ": " + what + " must be finite and > 0, got " + num(x));
+    throw std::invalid_argument(std::string(fn) + ": " + what + " must be finite and > 0, got " + format_number(x));
 }
 
 void require_noise_std(double s, const char* fn) {
   if (!(s >= 0.0) || !std::isfinite(s))
-    throw std::invalid_argument(std::string(fn) + ": noise std must be finite and >= 0, got " + num(s));
+    throw std::invalid_argument(std::string(fn) + ": noise std must be finite and >= 0, got " + format_number(s));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // cells at the loss grid levels, each cell's mass split onto the grid so that the
 // result dominates the true pair (connect-the-dots), composed by FFT with tails
 // truncated pessimistically, and delta/epsilon read off with all slack added.
+#include "privacy/accountant.hpp"
 #include "privacy/pld.hpp"
 
 #include <algorithm>
@@ -22,13 +23,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kUlp = std::numeric_limits<double>::epsilon();
-
-std::string num(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
-}
 
 // ---------------------------------------------------------------- Gaussians
 
@@ -712,7 +706,7 @@ bool same_ledger(const std::vector<Step>& a, const std::vector<Step>& b) {
 
 void check_options(const PldAccountant::Options& o) {
   auto bad = [](const std::string& what, double v, const std::string& need) {
-    throw std::invalid_argument("PldAccountant: " + what + " must be " + need + ", got " + num(v));
+    throw std::invalid_argument("PldAccountant: " + what + " must be " + need + ", got " + format_number(v));
   };
   if (!(o.grid_spacing > 0 && o.grid_spacing <= 1)) bad("grid_spacing", o.grid_spacing, "in (0, 1]");
   if (!(o.tail_fraction > 0 && o.tail_fraction <= 0.5)) bad("tail_fraction", o.tail_fraction, "in (0, 0.5]");
@@ -842,7 +836,7 @@ std::shared_ptr<const PldAccountant::Composed> PldAccountant::composed(double bu
 namespace {
 void check_delta(double delta) {
   if (!(delta > 0 && delta < 1))
-    throw std::invalid_argument("PldAccountant: delta must be in (0, 1), got " + num(delta));
+    throw std::invalid_argument("PldAccountant: delta must be in (0, 1), got " + format_number(delta));
 }
 /// A few ulps upwards, so that rounding in the last arithmetic never under-reports.
 double round_up(double eps) {
@@ -878,7 +872,7 @@ std::pair<double, double> PldAccountant::epsilon_bounds(double delta) const {
 }
 
 double PldAccountant::delta(double epsilon) const {
-  if (!(epsilon >= 0)) throw std::invalid_argument("PldAccountant: epsilon must be >= 0, got " + num(epsilon));
+  if (!(epsilon >= 0)) throw std::invalid_argument("PldAccountant: epsilon must be >= 0, got " + format_number(epsilon));
   if (ledger_.empty()) return 0.0;
   double budget = 1e-10;
   {

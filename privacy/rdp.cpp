@@ -1,6 +1,7 @@
 // RDP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019) in log
 // space, integer and fractional orders, and the RDP-curve accountants' shared
 // conversion to (epsilon, delta) and serialisation.
+#include "privacy/accountant.hpp"
 #include "privacy/rdp.hpp"
 
 #include <algorithm>
@@ -17,12 +18,6 @@ namespace dpgrad::privacy {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
 
 bool is_integer(double a) { return std::floor(a) == a; }
 
@@ -139,11 +134,11 @@ std::vector<double> default_integer_rdp_orders() {
 
 double rdp_subsampled_gaussian(double q, double sigma, double order) {
   if (!(q > 0.0 && q <= 1.0))
-    throw std::invalid_argument("rdp_subsampled_gaussian: sampling rate must be in (0, 1], got " + num(q));
+    throw std::invalid_argument("rdp_subsampled_gaussian: sampling rate must be in (0, 1], got " + format_number(q));
   if (!(sigma > 0.0) || std::isnan(sigma))
-    throw std::invalid_argument("rdp_subsampled_gaussian: noise multiplier must be > 0, got " + num(sigma));
+    throw std::invalid_argument("rdp_subsampled_gaussian: noise multiplier must be > 0, got " + format_number(sigma));
   if (!(order > 1.0) || !std::isfinite(order))
-    throw std::invalid_argument("rdp_subsampled_gaussian: order must be finite and > 1, got " + num(order));
+    throw std::invalid_argument("rdp_subsampled_gaussian: order must be finite and > 1, got " + format_number(order));
   if (sigma == kInf) return 0.0;
   // Plain Gaussian, Mironov 2017 Prop. 7: alpha Delta^2 / (2 s^2) with Delta = 1, s = sigma.
   if (q == 1.0) return order / (2.0 * sigma * sigma);
@@ -163,9 +158,9 @@ RdpCurveAccountant::RdpCurveAccountant(std::vector<double> orders, bool integer_
   if (orders_.empty()) throw std::invalid_argument("rdp orders: the list is empty");
   for (double a : orders_) {
     if (!(a > 1.0) || !std::isfinite(a))
-      throw std::invalid_argument("rdp orders must be finite and > 1, got " + num(a));
+      throw std::invalid_argument("rdp orders must be finite and > 1, got " + format_number(a));
     if (integer_only && (!is_integer(a) || a < 2.0 || a > 1e6))
-      throw std::invalid_argument("this accountant needs integer rdp orders in [2, 1e6], got " + num(a));
+      throw std::invalid_argument("this accountant needs integer rdp orders in [2, 1e6], got " + format_number(a));
   }
   std::sort(orders_.begin(), orders_.end());
   orders_.erase(std::unique(orders_.begin(), orders_.end()), orders_.end());

@@ -1,6 +1,7 @@
 // Shuffled cyclic passes stopped at fraction f (Berthier et al. 2019, Thm. 3.1
 // with the without-replacement bound of Wang, Balle, Kasiviswanathan 2019):
 // composes rate-gamma_t steps over the positions within each pass and over passes.
+#include "privacy/accountant.hpp"
 #include "privacy/shuffle.hpp"
 
 #include <algorithm>
@@ -16,19 +17,13 @@
 namespace dpgrad::privacy {
 namespace {
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 long checked_steps_per_epoch(long n, long b, double f) {
   if (n < 1) throw std::invalid_argument("shuffle accountant: dataset size n must be >= 1, got " + std::to_string(n));
   if (b < 1 || b > n)
     throw std::invalid_argument("shuffle accountant: batch size b must be in [1, n = " + std::to_string(n) +
                                 "], got " + std::to_string(b));
   if (!(f > 0.0 && f < 1.0))
-    throw std::invalid_argument("shuffle accountant: epoch fraction f must be in (0, 1), got " + num(f));
+    throw std::invalid_argument("shuffle accountant: epoch fraction f must be in (0, 1), got " + format_number(f));
   // floor(f n / b) steps; at least one (its rate b/n is always valid).
   const long m = static_cast<long>(std::floor(f * static_cast<double>(n) / static_cast<double>(b)));
   return std::max(1L, m);
@@ -52,8 +47,8 @@ void ShuffleAccountant::validate(const Step& s) const {
   Accountant::validate(s);
   const double nominal = static_cast<double>(b_) / static_cast<double>(n_);
   if (std::abs(s.sampling_rate - nominal) > 1e-9 * nominal)
-    throw std::invalid_argument("shuffle accountant: sampling rate must be b/n = " + num(nominal) +
-                                " (the rates of a pass follow from n, b, f), got " + num(s.sampling_rate));
+    throw std::invalid_argument("shuffle accountant: sampling rate must be b/n = " + format_number(nominal) +
+                                " (the rates of a pass follow from n, b, f), got " + format_number(s.sampling_rate));
 }
 
 std::vector<double> ShuffleAccountant::rdp() const {

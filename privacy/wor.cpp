@@ -1,5 +1,6 @@
 // Sampling-without-replacement RDP (Wang, Balle, Kasiviswanathan 2019, Thm. 9)
 // for the Gaussian mechanism under replace-one neighbours, in log space.
+#include "privacy/accountant.hpp"
 #include "privacy/wor.hpp"
 
 #include <algorithm>
@@ -15,12 +16,6 @@
 namespace dpgrad::privacy {
 namespace {
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 // log(e^x - 1) for x > 0 without overflow.
 double log_expm1(double x) { return x > 50.0 ? x + std::log1p(-std::exp(-x)) : std::log(std::expm1(x)); }
 
@@ -28,9 +23,9 @@ double log_expm1(double x) { return x > 50.0 ? x + std::log1p(-std::exp(-x)) : s
 
 double rdp_wor_gaussian(double gamma, double sigma, int order) {
   if (!(gamma > 0.0 && gamma <= 1.0))
-    throw std::invalid_argument("rdp_wor_gaussian: gamma must be in (0, 1], got " + num(gamma));
+    throw std::invalid_argument("rdp_wor_gaussian: gamma must be in (0, 1], got " + format_number(gamma));
   if (!(sigma > 0.0) || std::isnan(sigma))
-    throw std::invalid_argument("rdp_wor_gaussian: noise multiplier must be > 0, got " + num(sigma));
+    throw std::invalid_argument("rdp_wor_gaussian: noise multiplier must be > 0, got " + format_number(sigma));
   if (order < 2) throw std::invalid_argument("rdp_wor_gaussian: order must be an integer >= 2, got " +
                                              std::to_string(order));
   if (std::isinf(sigma)) return 0.0;
