@@ -39,24 +39,27 @@ void add_cnn_trunk(SequentialT<T>& net, Activation act, Rng& rng) {
 }
 }  // namespace
 
+namespace {
+/// The cnn trunk, Dense(512 -> width) act, Dense(width -> 10).
 template <class T>
-std::unique_ptr<ModelT<T>> make_cnn26k(Activation act, Rng& rng) {
+std::unique_ptr<ModelT<T>> make_cnn(const std::string& name, std::size_t width, Activation act, Rng& rng) {
   SequentialT<T> net;
   add_cnn_trunk(net, act, rng);
-  net.template emplace<DenseT<T>>(512, 32, rng, "dense1");
+  net.template emplace<DenseT<T>>(512, width, rng, "dense1");
   net.template emplace<ActivationT<T>>(act);
-  net.template emplace<DenseT<T>>(32, 10, rng, "dense2");
-  return std::make_unique<FeatureModelT<T>>("cnn26k", std::move(net));
+  net.template emplace<DenseT<T>>(width, 10, rng, "dense2");
+  return std::make_unique<FeatureModelT<T>>(name, std::move(net));
+}
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_cnn26k(Activation act, Rng& rng) {
+  return make_cnn<T>("cnn26k", 32, act, rng);
 }
 
 template <class T>
 std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng) {
-  SequentialT<T> net;
-  add_cnn_trunk(net, act, rng);
-  net.template emplace<DenseT<T>>(512, 32768, rng, "dense1");
-  net.template emplace<ActivationT<T>>(act);
-  net.template emplace<DenseT<T>>(32768, 10, rng, "dense2");
-  return std::make_unique<FeatureModelT<T>>("cnn17m", std::move(net));
+  return make_cnn<T>("cnn17m", 32768, act, rng);
 }
 
 namespace {

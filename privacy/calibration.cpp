@@ -1,7 +1,6 @@
 // Bracketing + bisection for the noise multiplier that reaches a target
 // epsilon. Only sigmas whose epsilon was actually computed and found <= the
 // target are ever returned, so the result is as safe as the accountant.
-#include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 
 #include <cmath>

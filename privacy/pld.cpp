@@ -2,7 +2,6 @@
 // cells at the loss grid levels, each cell's mass split onto the grid so that the
 // result dominates the true pair (connect-the-dots), composed by FFT with tails
 // truncated pessimistically, and delta/epsilon read off with all slack added.
-#include "privacy/accountant.hpp"
 #include "privacy/pld.hpp"
 
 #include <algorithm>

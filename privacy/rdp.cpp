@@ -1,7 +1,6 @@
 // RDP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019) in log
 // space, integer and fractional orders, and the RDP-curve accountants' shared
 // conversion to (epsilon, delta) and serialisation.
-#include "privacy/accountant.hpp"
 #include "privacy/rdp.hpp"
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 // problem, and the real Fashion-MNIST test set loads when the package is installed.
 #include <doctest/doctest.h>
 
+#include "support/check.hpp"
 #include "support/temp_dir.hpp"
 
 #include <zlib.h>
@@ -67,19 +68,9 @@ dpgrad::ArrayT<std::uint8_t> sample_images() {
 }
 const std::vector<std::uint8_t> kLabels = {0, 9, 3};
 
-/// Expects a DataError whose message contains every fragment.
 template <class F>
-void check_error(F&& f, std::vector<std::string> fragments) {
-  try {
-    f();
-    FAIL("expected a DataError containing: " << fragments[0]);
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    for (const auto& frag : fragments) {
-      INFO("message: " << msg);
-      CHECK(msg.find(frag) != std::string::npos);
-    }
-  }
+void check_error(F&& f, const std::vector<std::string>& fragments) {
+  dpgrad::test::check_error<DataError>(std::forward<F>(f), fragments);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // hash split and loader on a fake package, and the real corpus when present.
 #include <doctest/doctest.h>
 
+#include "support/check.hpp"
 #include "support/temp_dir.hpp"
 
 #include <algorithm>
@@ -52,17 +53,8 @@ void write_file(const fs::path& p, const std::string& content) {
 }
 
 template <class F>
-void check_error(F&& f, Strings fragments) {
-  try {
-    f();
-    FAIL("expected a DataError containing: " << fragments[0]);
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    for (const auto& frag : fragments) {
-      INFO("message: " << msg);
-      CHECK(msg.find(frag) != std::string::npos);
-    }
-  }
+void check_error(F&& f, const std::vector<std::string>& fragments) {
+  dpgrad::test::check_error<DataError>(std::forward<F>(f), fragments);
 }
 
 Ids row(const TextDataset& ds, std::size_t i) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -32,6 +33,21 @@ ArrayT<T> distinct_values(const Shape& s, Rng& rng) {
   ArrayT<T> a = ArrayT<T>::from_shape(s);
   for (std::size_t i = 0; i < n; ++i) a.data()[i] = T(0.1 * (double(order[i]) - double(n) / 2) + 0.01 * rng.uniform());
   return a;
+}
+
+/// Runs f and expects an exception of type E whose message contains every fragment.
+template <class E, class F>
+void check_error(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    FAIL("expected an exception containing: " << (fragments.empty() ? std::string() : fragments[0]));
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& frag : fragments) {
+      INFO("message: " << msg);
+      CHECK(msg.find(frag) != std::string::npos);
+    }
+  }
 }
 
 /// Empty string when a and b agree to `rtol` relative to max(|a|,|b|, atol_floor); else a readable diff.
