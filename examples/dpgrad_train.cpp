@@ -1,11 +1,15 @@
 // dpgrad-train: trains a model on real or synthetic data, privately (DP-SGD,
 // DP-momentum, DP-Adam with any clipping strategy) or not, and reports test
 // accuracy and the privacy spent with the chosen accountant.
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -18,6 +22,7 @@
 #include "engine/tape.hpp"
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
+#include "optim/checkpoint.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
@@ -44,7 +49,66 @@ struct Options {
   std::size_t train_limit = 0, test_limit = 0;
   int threads = 0;
   std::size_t hidden = 256;
+  // checkpoints and output of this invocation (not part of the run's identity)
+  std::string checkpoint_dir, plot;
+  long checkpoint_every = 0;
+  bool resume = false;
 };
+
+/// Calls f(flag, field) for every option that defines a run: what a checkpoint
+/// stores and a resumed run must not contradict.
+template <class O, class F>
+void for_each_run_option(O& o, F&& f) {
+  f("model", o.model);
+  f("dataset", o.dataset);
+  f("activation", o.activation);
+  f("hidden", o.hidden);
+  f("optimizer", o.optimizer);
+  f("lr", o.lr);
+  f("lr-schedule", o.schedule);
+  f("momentum", o.momentum);
+  f("weight-decay", o.weight_decay);
+  f("epochs", o.epochs);
+  f("batch-size", o.batch);
+  f("max-steps", o.max_steps);
+  f("clip-strategy", o.strategy);
+  f("clip-norm", o.clip_norm);
+  f("noise-multiplier", o.noise_multiplier);
+  f("target-epsilon", o.target_epsilon);
+  f("delta", o.delta);
+  f("accountant", o.accountant);
+  f("sampler", o.sampler);
+  f("epoch-fraction", o.epoch_fraction);
+  f("secure-rng", o.secure_rng);
+  f("allow-no-noise", o.allow_no_noise);
+  f("seed", o.seed);
+  f("train-limit", o.train_limit);
+  f("test-limit", o.test_limit);
+}
+
+template <class V>
+json option_json(const V& v) {
+  return json(v);
+}
+template <class V>
+json option_json(const std::optional<V>& v) {
+  return v ? json(*v) : json();
+}
+template <class V>
+void option_from_json(const json& j, V& v) {
+  v = j.get<V>();
+}
+template <class V>
+void option_from_json(const json& j, std::optional<V>& v) {
+  if (j.is_null()) v.reset();
+  else v = j.get<V>();
+}
+
+json run_options_json(const Options& o) {
+  json j = json::object();
+  for_each_run_option(o, [&](const char* flag, const auto& v) { j[flag] = option_json(v); });
+  return j;
+}
 
 bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
 
@@ -77,6 +141,65 @@ class Progress {
   bool tty_, quiet_;
 };
 
+/// Runs `gnuplot ARGS...`; returns its exit status (127 when it cannot be started).
+int run_gnuplot(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  std::string prog = "gnuplot";
+  argv.push_back(prog.data());
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv.data(), environ) != 0) return 127;
+  int st = 0;
+  if (waitpid(pid, &st, 0) < 0) return 127;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+void require_gnuplot() {
+  require(run_gnuplot({"-e", "exit"}) == 0,
+          "--plot needs gnuplot, which was not found: install it with 'sudo apt-get install gnuplot-nox' (./dev deps does)");
+}
+
+/// Test accuracy (left axis) and epsilon (right axis, private runs) against epochs, as a PNG.
+void plot_history(const std::string& out, const json& history, bool with_epsilon, const std::string& title) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("dpgrad-plot-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream data(dir / "history.dat");
+    data << "# epoch test_accuracy_percent epsilon\n";
+    for (const auto& row : history) {
+      const json& e = row.contains("epsilon") ? row["epsilon"] : json();
+      data << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' '
+           << (e.is_number() ? fmt::format("{}", e.get<double>()) : std::string("NaN")) << '\n';
+    }
+    std::string tmp_png = out + ".tmp" + std::to_string(getpid());
+    std::ofstream gp(dir / "plot.gp");
+    gp << "set terminal pngcairo size 900,560 font 'sans,11'\n"
+       << "set output '" << tmp_png << "'\n"
+       << "set title \"" << title << "\" noenhanced\n"
+       << "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\nset grid\nset key bottom right\n"
+       << (history.size() <= 20 ? "set xtics 1\n" : "")
+       << "set datafile missing 'NaN'\n";
+    if (with_epsilon) {
+      gp << "set y2label 'epsilon'\nset y2tics\nset ytics nomirror\n"
+         << "plot '" << (dir / "history.dat").string() << "' using 1:2 with linespoints lw 2 title 'test accuracy', "
+         << "'' using 1:3 axes x1y2 with linespoints lw 2 title 'epsilon (spent so far)'\n";
+    } else {
+      gp << "plot '" << (dir / "history.dat").string() << "' using 1:2 with linespoints lw 2 title 'test accuracy'\n";
+    }
+  }
+  int rc = run_gnuplot({(dir / "plot.gp").string()});
+  std::error_code ec;
+  std::string tmp_png = out + ".tmp" + std::to_string(getpid());
+  if (rc == 0) fs::rename(tmp_png, out, ec);
+  fs::remove_all(dir);
+  if (rc != 0 || ec) {
+    fs::remove(tmp_png, ec);
+    throw std::runtime_error("gnuplot could not write " + out + (rc != 0 ? fmt::format(" (exit status {})", rc) : ""));
+  }
+}
+
 double accuracy(ModelT<float>& model, const BatchT<float>& test) {
   NoRecordScope<float> none;
   model.set_training(false);
@@ -108,7 +231,7 @@ BatchT<float> limit(const BatchT<float>& b, std::size_t n) {
   return r;
 }
 
-int run(Options o) {
+int run(Options o, const json* resumed) {
   auto t0 = std::chrono::steady_clock::now();
   const bool dp = is_dp(o.optimizer);
   if (o.threads > 0) blas::set_threads(o.threads);
@@ -140,6 +263,11 @@ int run(Options o) {
   }
   if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
                                       "--epoch-fraction must be in (0, 1) for private shuffled training");
+  require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
+          "--checkpoint-dir " + o.checkpoint_dir +
+              " already holds a checkpoint: add --resume to continue that run, or choose another directory");
+  if (!o.plot.empty()) require_gnuplot();
 
   // ---- data and model
   data::DatasetOptions dopts;
@@ -185,7 +313,10 @@ int run(Options o) {
       throw std::invalid_argument("the " + o.accountant + " accountant cannot analyse " + o.strategy +
                                   " (its clipping bound is random); use --accountant pld");
     const double sens = strategy->sensitivity();
-    if (!o.noise_multiplier) {
+    if (resumed) {  // the run's own sigma and length, never recalibrated
+      sigma = resumed->at("noise_multiplier").get<double>();
+      total_steps = resumed->at("total_steps").get<long>();
+    } else if (!o.noise_multiplier) {
       say(fmt::format("calibrating the noise multiplier for epsilon {} at delta {:g} over {} steps ({})...",
                       *o.target_epsilon, delta, total_steps, o.accountant));
       auto cal = privacy::calibrate_noise_multiplier(o.accountant, aopts, q, total_steps, *o.target_epsilon, delta,
@@ -240,34 +371,67 @@ int run(Options o) {
     say("  non-private training: no clipping, no noise, no privacy guarantee");
   }
 
+  // ---- checkpoints
+  TrainingState state;
+  state.params = params;
+  state.optimizer = base.get();
+  state.sampler = sampler.get();
+  state.generators = {{"noise", noise_rng.get()}, {"aux", aux_rng.get()}, {"sampling", sample_rng.get()}};
+  state.accountant = accountant.get();
+  long step = 0;
+  double loss_sum = 0, seconds_before = 0;
+  std::size_t seen = 0;
+  json history = json::array();
+  if (resumed) {
+    CheckpointDir dir(o.checkpoint_dir);
+    step = dir.load(state);
+    loss_sum = resumed->at("epoch_loss_sum").get<double>();
+    seen = resumed->at("epoch_seen").get<std::size_t>();
+    history = resumed->at("history");
+    seconds_before = resumed->at("seconds").get<double>();
+    say(fmt::format("  resumed from {} at step {} of {}{}", o.checkpoint_dir, step, total_steps,
+                    dp && sigma > 0 ? ", epsilon so far " + fmt_eps(accountant->epsilon(delta)) : std::string()));
+  }
+  auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto save = [&] {
+    if (o.checkpoint_dir.empty()) return;
+    json extra = {{"options", run_options_json(o)}, {"noise_multiplier", sigma}, {"total_steps", total_steps},
+                  {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen}, {"history", history}, {"seconds", elapsed()}};
+    CheckpointDir(o.checkpoint_dir).save(step, state, extra);
+  };
+
   // ---- training
   Progress progress(o.json_out);
-  long step = 0;
-  double eps = dp && sigma > 0 ? 0.0 : INFINITY;
-  json summary;
+  double eps = dp && sigma > 0 ? (resumed ? accountant->epsilon(delta) : 0.0) : INFINITY;
+  json summary = history.empty() ? json::object() : history.back();
   const long epochs_total = (total_steps + per_epoch - 1) / per_epoch;
-  for (long epoch = 1; step < total_steps; ++epoch) {
+  for (long epoch = step / per_epoch + 1; step < total_steps; ++epoch) {
     auto te = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    std::size_t seen = 0;
-    long in_epoch = std::min(per_epoch, total_steps - step);
-    for (long s = 0; s < in_epoch; ++s, ++step) {
+    const long first = step - (epoch - 1) * per_epoch;  // > 0 when resuming inside an epoch
+    long in_epoch = std::min(per_epoch, total_steps - (epoch - 1) * per_epoch);
+    for (long s = first; s < in_epoch; ++s) {
       if (o.schedule == "cosine")
         base->set_lr(o.lr * 0.5 * (1 + std::cos(M_PI * double(step) / double(total_steps))));
       auto idx = sampler->next(*sample_rng);
       BatchT<float> batch = data.train.select(idx);
       StepStats st = opt.step(batch);
+      ++step;
       loss_sum += st.loss * double(st.batch);
       seen += st.batch;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
-      progress.update(s + 1, in_epoch, seen ? loss_sum / double(seen) : 0.0, double(seen) / std::max(secs, 1e-9),
-                      secs / double(s + 1) * double(in_epoch - s - 1), epoch);
+      progress.update(s + 1, in_epoch, seen ? loss_sum / double(seen) : 0.0,
+                      double(seen) / std::max(secs, 1e-9) * double(s + 1 - first) / double(s + 1),
+                      secs / double(s + 1 - first) * double(in_epoch - s - 1), epoch);
+      // periodic checkpoints inside an epoch; the epoch's last step is saved after its evaluation
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && s + 1 < in_epoch) save();
     }
     double acc = accuracy(*model, data.test);
     if (dp && sigma > 0) eps = accountant->epsilon(delta);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
     json row = {{"epoch", epoch}, {"steps", step}, {"train_loss", seen ? loss_sum / double(seen) : 0.0},
                 {"test_accuracy", acc}, {"seconds", secs}};
+    loss_sum = 0;
+    seen = 0;
     if (dp) {
       row["epsilon"] = eps_json(eps);
       row["delta"] = delta;
@@ -284,8 +448,10 @@ int run(Options o) {
                  secs);
     std::fflush(stdout);
     summary = row;
+    history.push_back(row);
+    save();
   }
-  double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double total_s = elapsed();
   summary["final"] = true;
   summary["model"] = model->name();
   summary["optimizer"] = o.optimizer;
@@ -296,6 +462,15 @@ int run(Options o) {
     summary["noise_multiplier"] = sigma;
     summary["sampling_rate"] = q;
     summary["noise_generator"] = noise_rng->describe();
+  }
+  if (!o.checkpoint_dir.empty()) summary["checkpoint"] = CheckpointDir(o.checkpoint_dir).latest_step();
+  if (!o.plot.empty()) {
+    std::string title = fmt::format("{} on {}, {}", model->name(), o.dataset, o.optimizer);
+    if (dp && sigma > 0)
+      title += fmt::format(" ({}, sigma {:.4g}); epsilon: {} at delta {:g}, {}", strategy->name(), sigma, o.accountant,
+                           delta, privacy::to_string(accountant->neighbouring()));
+    plot_history(o.plot, history, dp && sigma > 0, title);
+    say("plot written to " + o.plot);
   }
   if (o.json_out) fmt::print("{}\n", summary.dump());
   else
@@ -341,6 +516,11 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", o.test_limit, "use only the first N test examples");
   app.add_option("--threads", o.threads, "BLAS threads (0: OpenBLAS default)");
   app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "write checkpoints here (at each epoch's end and every --checkpoint-every steps)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)");
+  app.add_flag("--resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)");
+  app.add_option("--plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)");
   app.add_flag("--demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)");
   try {
     app.parse(argc, argv);
@@ -361,7 +541,25 @@ int main(int argc, char** argv) {
     o.accountant = "pld";
   }
   try {
-    return run(o);
+    json resumed;
+    if (o.resume) {
+      require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
+      resumed = CheckpointDir(o.checkpoint_dir).read_extra();
+      require(resumed.contains("options") && resumed["options"].is_object(),
+              "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
+      const json& stored = resumed["options"];
+      const json given = run_options_json(o);
+      // The run keeps its settings: flags may repeat them but not change them.
+      for_each_run_option(o, [&](const char* flag, auto& v) {
+        require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
+        if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])
+          throw std::invalid_argument(fmt::format(
+              "--{} {} contradicts the checkpointed run's {}; a resumed run keeps its settings (leave the flag out)",
+              flag, given[flag].dump(), stored[flag].dump()));
+        option_from_json(stored[flag], v);
+      });
+    }
+    return run(o, o.resume ? &resumed : nullptr);
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpgrad-train: error: {}\n", e.what());
     return 2;

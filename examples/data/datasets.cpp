@@ -31,7 +31,12 @@ BatchT<float> from_text(TextDataset d) {
   return b;
 }
 
-DataSplit images(const IdxPaths& p, const std::string& what) {
+/// `hint` tells how to get the files when one is missing.
+DataSplit images(const IdxPaths& p, const std::string& what, const std::string& hint) {
+  for (const std::string* path : {&p.train_images, &p.train_labels, &p.test_images, &p.test_labels}) {
+    std::error_code ec;
+    if (!std::filesystem::exists(*path, ec)) throw DataError(*path + ": no such file; " + hint);
+  }
   DataSplit s;
   s.train = from_images(load_idx(p.train_images, p.train_labels));
   s.test = from_images(load_idx(p.test_images, p.test_labels));
@@ -83,15 +88,24 @@ BatchT<float> synthetic_tokens(std::size_t n, std::size_t length, std::size_t vo
 }
 
 DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
-  if (spec == "fashion-mnist") return images(fashion_mnist_paths(), "Fashion-MNIST from " + fashion_mnist_dir());
+  if (spec == "fashion-mnist") {
+    const char* env = std::getenv("DPGRAD_FASHION_MNIST");
+    return images(fashion_mnist_paths(), "Fashion-MNIST from " + fashion_mnist_dir(),
+                  "Fashion-MNIST not found in " + fashion_mnist_dir() +
+                      (env && *env ? " (from DPGRAD_FASHION_MNIST)" : "") +
+                      "; install it with: sudo apt-get install dataset-fashion-mnist (or ./dev deps)");
+  }
   if (spec == "mnist") {
     const char* env = std::getenv("DPGRAD_MNIST");
     std::string dir = env && *env ? env : "/usr/share/datasets/mnist";
     if (!std::filesystem::exists(dir))
       throw DataError("MNIST not found in " + dir + ": put the four IDX files there, set DPGRAD_MNIST, or use idx:PATH");
-    return images(idx_dir_paths(dir), "MNIST from " + dir);
+    return images(idx_dir_paths(dir), "MNIST from " + dir, "put the four MNIST IDX files in " + dir);
   }
-  if (spec.rfind("idx:", 0) == 0) return images(idx_dir_paths(spec.substr(4)), "IDX files from " + spec.substr(4));
+  if (spec.rfind("idx:", 0) == 0)
+    return images(idx_dir_paths(spec.substr(4)), "IDX files from " + spec.substr(4),
+                  "idx:PATH needs train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
+                  "t10k-labels-idx1-ubyte (optionally .gz) in PATH");
   if (spec.rfind("text:", 0) == 0) {
     std::string root = spec.substr(5);
     RawText train = read_text_folder(root + "/train");

@@ -1,6 +1,7 @@
 // dpgrad-account and dpgrad-train run as a user runs them: bad input gives a
 // clear message and exit status 2; --json output parses and says what it must.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -149,4 +150,30 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
     CHECK(r.status == 2);
     CHECK(r.out.find("error") != std::string::npos);
   }
+}
+
+TEST_CASE("dpgrad-train: --plot writes a PNG of accuracy and epsilon; an unwritable path is an error") {
+  const std::string png = "/tmp/dpgrad-test-plot-" + std::to_string(getpid()) + ".png";
+  std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
+                             "--epochs 2 --noise-multiplier 1";
+  Run r = run(base + " --plot " + png);
+  REQUIRE(r.status == 0);
+  std::FILE* f = std::fopen(png.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  unsigned char magic[8] = {};
+  CHECK(std::fread(magic, 1, 8, f) == 8);
+  std::fclose(f);
+  std::remove(png.c_str());
+  CHECK(magic[1] == 'P');
+  CHECK(magic[2] == 'N');
+  CHECK(magic[3] == 'G');
+  Run bad = run(base + " --plot /nonexistent-folder/out.png");
+  CHECK(bad.status == 2);
+  CHECK(bad.out.find("/nonexistent-folder/out.png") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: a missing dataset names the command that installs it") {
+  Run r = run("DPGRAD_FASHION_MNIST=/nonexistent/fmnist " + train + " --dataset fashion-mnist");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("apt-get install dataset-fashion-mnist") != std::string::npos);
 }
