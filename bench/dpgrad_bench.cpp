@@ -626,8 +626,7 @@ void write_markdown(const std::string& path, const std::string& command, const s
 
 void check(const Options& o) {
   for (const auto& m : o.models) {
-    bool known = false;
-    for (const auto& n : model_names()) known |= n == m;
+    bool known = m == "cnn26k" || m == "bilstm598k" || m == "cnn17m" || m == "mlp";
     require(known, "unknown --model '" + m + "' (cnn26k, bilstm598k, cnn17m, mlp)");
   }
   for (const auto& m : o.methods) make_clip_strategy<float>(m, 256);  // throws on an unknown spec

@@ -1,6 +1,6 @@
 // Benchmark model factories: Sequential stacks for the image models, and the
-// BiLSTM text classifier (Embedding -> BiLSTM -> Dense -> Dense) as a ModelT
-// over token batches.
+// text classifiers (Embedding -> BiLSTM -> Dense -> Dense, Embedding -> BiGRU
+// -> Dense) as ModelTs over token batches.
 #include "layers/models.hpp"
 
 #include <stdexcept>
@@ -8,6 +8,7 @@
 #include "engine/ops.hpp"
 #include "layers/conv.hpp"
 #include "layers/embedding.hpp"
+#include "layers/gru.hpp"
 #include "layers/lstm.hpp"
 
 namespace dpgrad {
@@ -63,6 +64,22 @@ std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng) {
 }
 
 namespace {
+/// batch.lengths, or every sequence at full length for an unpadded batch;
+/// throws (naming `model`) unless batch.tokens is (B, L) with B lengths.
+template <class T>
+std::vector<std::int32_t> token_lengths(const BatchT<T>& batch, const std::string& model) {
+  const auto& ids = batch.tokens;
+  if (ids.dimension() != 2)
+    throw std::invalid_argument(model + ": batch.tokens must be (B, L), got " + std::to_string(ids.dimension()) +
+                                " axes");
+  std::vector<std::int32_t> lengths = batch.lengths;
+  if (lengths.empty()) lengths.assign(ids.shape()[0], std::int32_t(ids.shape()[1]));  // unpadded batch
+  if (lengths.size() != ids.shape()[0])
+    throw std::invalid_argument(model + ": " + std::to_string(lengths.size()) + " lengths for " +
+                                std::to_string(ids.shape()[0]) + " sequences");
+  return lengths;
+}
+
 /// Embedding -> BiLSTM final states -> Dense ReLU -> Dense, over batch.tokens (B, L).
 template <class T>
 class BiLstmClassifierT final : public ModelT<T> {
@@ -75,17 +92,9 @@ class BiLstmClassifierT final : public ModelT<T> {
         dense2_(dense, classes, rng, "dense2") {}
 
   TensorT<T> forward(const BatchT<T>& batch) override {
-    const auto& ids = batch.tokens;
-    if (ids.dimension() != 2)
-      throw std::invalid_argument("bilstm598k: batch.tokens must be (B, L), got " + std::to_string(ids.dimension()) +
-                                  " axes");
-    std::vector<std::int32_t> lengths = batch.lengths;
-    if (lengths.empty()) lengths.assign(ids.shape()[0], std::int32_t(ids.shape()[1]));  // unpadded batch
-    if (lengths.size() != ids.shape()[0])
-      throw std::invalid_argument("bilstm598k: " + std::to_string(lengths.size()) + " lengths for " +
-                                  std::to_string(ids.shape()[0]) + " sequences");
-    TensorT<T> x = embedding_.forward(ids);        // (B, L, 64)
-    TensorT<T> h = lstm_.forward(x, lengths).final;  // (B, 128)
+    const std::vector<std::int32_t> lengths = token_lengths(batch, name());
+    TensorT<T> x = embedding_.forward(batch.tokens);    // (B, L, 64)
+    TensorT<T> h = lstm_.forward(x, lengths).final;     // (B, 128)
     return dense2_.forward(relu(dense1_.forward(h)));  // (B, 2)
   }
   std::vector<TensorT<T>> parameters() const override {
@@ -115,7 +124,52 @@ std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng) {
   return std::make_unique<BiLstmClassifierT<T>>(8185, 64, 64, 64, 2, rng);
 }
 
-std::vector<std::string> model_names() { return {"mlp", "cnn26k", "cnn17m", "bilstm598k"}; }
+namespace {
+/// Embedding -> BiGRU final states -> Dense, over batch.tokens (B, L).
+template <class T>
+class BiGruClassifierT final : public ModelT<T> {
+ public:
+  BiGruClassifierT(std::size_t vocab, std::size_t embed, std::size_t hidden, std::size_t classes, Rng& rng)
+      : embedding_(vocab, embed, rng, "embedding", 0),
+        gru_(embed, hidden, rng, "bigru"),
+        dense_(2 * hidden, classes, rng, "dense") {}
+
+  TensorT<T> forward(const BatchT<T>& batch) override {
+    const std::vector<std::int32_t> lengths = token_lengths(batch, name());
+    TensorT<T> x = embedding_.forward(batch.tokens);  // (B, L, embed)
+    TensorT<T> h = gru_.forward(x, lengths).final;    // (B, 2 hidden)
+    return dense_.forward(h);                         // (B, classes)
+  }
+  std::vector<TensorT<T>> parameters() const override {
+    std::vector<TensorT<T>> ps = embedding_.parameters();
+    for (const auto* m : std::initializer_list<const ModuleT<T>*>{&gru_, &dense_})
+      for (auto& p : m->parameters()) ps.push_back(p);
+    return ps;
+  }
+  void set_training(bool on) override {
+    this->training_ = on;
+    embedding_.set_training(on);
+    gru_.set_training(on);
+    dense_.set_training(on);
+  }
+  std::string name() const override { return "bigru"; }
+
+ private:
+  EmbeddingT<T> embedding_;
+  BiGruT<T> gru_;
+  DenseT<T> dense_;
+};
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab, std::size_t embed, std::size_t hidden,
+                                      std::size_t classes) {
+  return std::make_unique<BiGruClassifierT<T>>(vocab, embed, hidden, classes, rng);
+}
+
+std::vector<std::string> model_names() { return {"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru"}; }
+
+bool model_reads_tokens(const std::string& name) { return name == "bilstm598k" || name == "bigru"; }
 
 template <class T>
 std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act,
@@ -124,7 +178,8 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   if (name == "cnn26k") return make_cnn26k<T>(act, rng);
   if (name == "cnn17m") return make_cnn17m<T>(act, rng);
   if (name == "bilstm598k") return make_bilstm598k<T>(rng);
-  throw std::invalid_argument("unknown model '" + name + "' (mlp, cnn26k, cnn17m, bilstm598k)");
+  if (name == "bigru") return make_bigru<T>(rng);
+  throw std::invalid_argument("unknown model '" + name + "' (mlp, cnn26k, cnn17m, bilstm598k, bigru)");
 }
 
 #define DPGRAD_INSTANTIATE(T)                                                                          \
@@ -132,6 +187,7 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   template std::unique_ptr<ModelT<T>> make_cnn26k(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_cnn17m(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&);                                          \
+  template std::unique_ptr<ModelT<T>> make_bigru(Rng&, std::size_t, std::size_t, std::size_t, std::size_t);  \
   template std::unique_ptr<ModelT<T>> make_model(const std::string&, Rng&, Activation, std::vector<std::size_t>);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)

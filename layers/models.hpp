@@ -1,6 +1,7 @@
 // The benchmark models of the papers dpgrad reproduces, built from layers:
-// an MLP, cnn26k (26,010 parameters), cnn17m (17,146,938) on 28x28 images, and
-// bilstm598k (598,274) on token sequences. Every factory returns a ModelT.
+// an MLP, cnn26k (26,010 parameters), cnn17m (17,146,938) on 28x28 images,
+// bilstm598k (598,274) and bigru (574,018) on token sequences. Every factory
+// returns a ModelT.
 #pragma once
 
 #include <memory>
@@ -35,8 +36,21 @@ std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng);
 template <class T>
 std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng);
 
-/// The names make_model knows: "mlp", "cnn26k", "cnn17m", "bilstm598k".
+/// Tokens (B, L) padded with 0 and their lengths: Embedding(vocab, embed, padding 0);
+/// bidirectional GRU(hidden); [forward final, backward final] (2 hidden); Dense(classes).
+/// The defaults are "bigru", bilstm598k's embedding and hidden sizes with a GRU
+/// (3 gate blocks, two biases) and one dense layer: Embedding 8185 * 64 = 523,840;
+/// BiGRU 2 * (64 * 192 + 64 * 192 + 192 + 192) = 49,920; Dense 128 * 2 + 2 = 258;
+/// 574,018 parameters.
+template <class T>
+std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab = 8185, std::size_t embed = 64,
+                                      std::size_t hidden = 64, std::size_t classes = 2);
+
+/// The names make_model knows: "mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru".
 std::vector<std::string> model_names();
+
+/// True for the models that read token sequences (the others read images).
+bool model_reads_tokens(const std::string& name);
 
 /// A model by name; `act` applies to mlp and the CNNs, `mlp_sizes` to mlp.
 /// Throws std::invalid_argument on an unknown name.

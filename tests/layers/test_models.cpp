@@ -1,6 +1,6 @@
 // The benchmark models: exact parameter counts, unique names, (B, classes)
 // outputs, a gradient check of cnn26k, the per-sample uses its convolutions
-// record, and the BiLSTM classifier's handling of padding.
+// record, and the BiLSTM and BiGRU classifiers' handling of padding.
 #include <set>
 
 #include <doctest/doctest.h>
@@ -80,10 +80,26 @@ TEST_CASE("models: exact parameter counts and names") {
   CHECK(lstm->parameters()[0].name() == "embedding.weight");
   CHECK(lstm->parameters()[0].shape() == Shape{8185, 64});
 
+  // Embedding 8185 * 64; per GRU direction 3 gate blocks with two biases,
+  // 64 * 192 + 64 * 192 + 192 + 192 = 24,960; Dense 128 * 2 + 2
+  auto gru = make_bigru<float>(rng);
+  CHECK(8185 * 64 + 2 * (64 * 192 + 64 * 192 + 192 + 192) + (128 * 2 + 2) == 574018);
+  CHECK(gru->parameter_count() == 574018);
+  CHECK(gru->name() == "bigru");
+  check_unique_names(*gru);
+  CHECK(names_of(*gru) == std::vector<std::string>{"embedding.weight", "bigru.forward.weight_ih",
+                                                   "bigru.forward.weight_hh", "bigru.forward.bias_ih",
+                                                   "bigru.forward.bias_hh", "bigru.backward.weight_ih",
+                                                   "bigru.backward.weight_hh", "bigru.backward.bias_ih",
+                                                   "bigru.backward.bias_hh", "dense.weight", "dense.bias"});
+  CHECK(make_bigru<float>(rng, 20, 5, 4, 3)->parameter_count() == 20 * 5 + 2 * (5 * 12 + 4 * 12 + 12 + 12) + 8 * 3 + 3);
+
   CHECK(make_model<float>("cnn26k", rng)->parameter_count() == 26010);
   CHECK(make_model<float>("bilstm598k", rng)->parameter_count() == 598274);
+  CHECK(make_model<float>("bigru", rng)->parameter_count() == 574018);
   CHECK(make_model<float>("mlp", rng, Activation::relu, {20, 5, 3})->parameter_count() == 20 * 5 + 5 + 5 * 3 + 3);
-  CHECK(model_names().size() == 4);
+  CHECK(model_names() == std::vector<std::string>{"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru"});
+  for (const auto& n : model_names()) CHECK(make_model<float>(n, rng)->name() == n);
   CHECK_THROWS_AS(make_model<float>("resnet", rng), std::invalid_argument);
   CHECK_THROWS_AS(make_mlp<float>({784}, Activation::relu, rng), std::invalid_argument);
 }
@@ -104,6 +120,10 @@ TEST_CASE("models: a forward pass gives (B, classes)") {
   Tensor y = lstm->forward(token_batch<float>({7, 3, 1}, 7, rng));
   CHECK(y.shape() == Shape{3, 2});
   CHECK(xt::all(xt::isfinite(y.value())));
+  auto gru = make_bigru<float>(rng);
+  Tensor yg = gru->forward(token_batch<float>({7, 3, 1}, 7, rng));
+  CHECK(yg.shape() == Shape{3, 2});
+  CHECK(xt::all(xt::isfinite(yg.value())));
   // bad input throws
   auto cnn = make_cnn26k<float>(Activation::relu, rng);
   BatchT<float> wrong;
@@ -111,9 +131,11 @@ TEST_CASE("models: a forward pass gives (B, classes)") {
   CHECK_THROWS_AS(cnn->forward(wrong), std::invalid_argument);
   BatchT<float> no_tokens = image_batch<float>(2, rng);
   CHECK_THROWS_AS(lstm->forward(no_tokens), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gru->forward(no_tokens), doctest::Contains("bigru: batch.tokens"), std::invalid_argument);
   BatchT<float> short_lengths = token_batch<float>({3, 2}, 4, rng);
   short_lengths.lengths.pop_back();
   CHECK_THROWS_AS(lstm->forward(short_lengths), std::invalid_argument);
+  CHECK_THROWS_AS(gru->forward(short_lengths), std::invalid_argument);
 }
 
 TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses") {
@@ -147,22 +169,25 @@ TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses"
   for (const auto& p : m->parameters()) CHECK(xt::sum(xt::abs(p.grad()))() > 0.0);
 }
 
-TEST_CASE("bilstm598k: padding and unused positions do not change the logits") {
+TEST_CASE("bilstm598k, bigru: padding and unused positions do not change the logits") {
   FastRng rng(64);
-  auto m = make_bilstm598k<double>(rng);
-  NoRecordScope<double> none;
-  BatchT<double> a = token_batch<double>({5, 2, 4}, 5, rng);
-  ArrayT<double> ya = m->forward(a).value();
-  // the same sequences padded further
-  BatchT<double> b = a;
-  b.tokens = xt::zeros<std::int32_t>({3, 9});
-  for (std::size_t i = 0; i < 3; ++i)
-    for (std::size_t t = 0; t < 5; ++t) b.tokens(i, t) = a.tokens(i, t);
-  DPGRAD_CHECK_CLOSE(m->forward(b).value(), ya, 1e-12);
-  // each example alone gives the same logits as in the batch
-  for (std::size_t i = 0; i < 3; ++i) {
-    CAPTURE(i);
-    ArrayT<double> yi = m->forward(a.select({i})).value();
-    DPGRAD_CHECK_CLOSE(yi, ArrayT<double>(xt::view(ya, xt::range(i, i + 1))), 1e-12);
+  for (const char* name : {"bilstm598k", "bigru"}) {
+    CAPTURE(name);
+    auto m = make_model<double>(name, rng);
+    NoRecordScope<double> none;
+    BatchT<double> a = token_batch<double>({5, 2, 4}, 5, rng);
+    ArrayT<double> ya = m->forward(a).value();
+    // the same sequences padded further
+    BatchT<double> b = a;
+    b.tokens = xt::zeros<std::int32_t>({3, 9});
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t t = 0; t < 5; ++t) b.tokens(i, t) = a.tokens(i, t);
+    DPGRAD_CHECK_CLOSE(m->forward(b).value(), ya, 1e-12);
+    // each example alone gives the same logits as in the batch
+    for (std::size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      ArrayT<double> yi = m->forward(a.select({i})).value();
+      DPGRAD_CHECK_CLOSE(yi, ArrayT<double>(xt::view(ya, xt::range(i, i + 1))), 1e-12);
+    }
   }
 }

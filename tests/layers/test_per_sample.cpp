@@ -110,6 +110,23 @@ TEST_CASE("per-sample rules: bilstm598k (weights used at every step, repeated to
   check_model(*model, token_batch(3, 7, data));
 }
 
+TEST_CASE("per-sample rules: a small BiGRU classifier (a layer built only from ops, no rule of its own)") {
+  FastRng init(9), data(10);
+  // Embedding(16, 5) -> BiGRU(4) -> Dense(8 -> 3): every weight through linear or gather
+  auto model = make_bigru<double>(init, 16, 5, 4, 3);
+  BatchT<double> batch = token_batch(4, 6, data);
+  batch.lengths[1] = 1;  // a sequence of one token: one step of w_hh, from h_0 = 0
+  for (std::size_t t = 1; t < 6; ++t) batch.tokens(1, t) = 0;
+  for (auto& y : batch.labels) y = std::int32_t(data.below(3));
+  check_model(*model, batch);
+}
+
+TEST_CASE("per-sample rules: bigru (full size)") {
+  FastRng init(11), data(12);
+  auto model = make_model<double>("bigru", init);
+  check_model(*model, token_batch(3, 7, data));
+}
+
 TEST_CASE("per-sample rules: batch of one equals the plain gradient") {
   FastRng init(7), data(8);
   auto model = make_cnn26k<double>(Activation::relu, init);

@@ -46,6 +46,20 @@ class SharedWeightModel final : public ModelT<double> {
   D w1_, b1_, w2_, b2_;
 };
 
+/// x W + b with b added by `add`, not by linear: no per-sample rule sees b. x (B, 5).
+class AddedBiasModel final : public ModelT<double> {
+ public:
+  explicit AddedBiasModel(Rng& rng)
+      : w_(make_parameter<double>("w", randn<double>({5, 3}, rng, 0.5))),
+        b_(make_parameter<double>("b", randn<double>({3}, rng, 0.5))) {}
+  D forward(const BatchT<double>& b) override { return add(linear(D(b.inputs), w_), b_); }
+  std::vector<D> parameters() const override { return {w_, b_}; }
+  std::string name() const override { return "added-bias"; }
+
+ private:
+  D w_, b_;
+};
+
 BatchT<double> make_batch(const Shape& s, std::size_t classes, Rng& rng, double outlier = 1.0) {
   BatchT<double> b;
   b.inputs = randn<double>(s, rng);
@@ -90,11 +104,13 @@ BatchT<double> make_token_batch(std::size_t b, std::size_t len, std::size_t voca
   return batch;
 }
 
+/// tokens: input is (B, L) token sequences over `vocab` ids.
 template <class MakeModel>
-void exact_strategies_agree(MakeModel make, const Shape& input, std::size_t classes, bool tokens = false) {
+void exact_strategies_agree(MakeModel make, const Shape& input, std::size_t classes, bool tokens = false,
+                            std::size_t vocab = 8185) {
   FastRng init(5), data(6), rng(7);
   auto model = make(init);
-  BatchT<double> batch = tokens ? make_token_batch(input[0], input[1], 8185, data) : make_batch(input, classes, data);
+  BatchT<double> batch = tokens ? make_token_batch(input[0], input[1], vocab, data) : make_batch(input, classes, data);
   auto naive = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 1e9, rng);
   // a clip norm between the smallest and largest per-sample norms clips some and not others
   std::vector<double> ns(naive.norms.begin(), naive.norms.end());
@@ -134,6 +150,51 @@ TEST_CASE("clipping: vanilla and ghost equal the naive loop on cnn26k") {
 
 TEST_CASE("clipping: vanilla and ghost equal the naive loop on bilstm598k (variable lengths, repeated tokens)") {
   exact_strategies_agree([](Rng& r) { return make_bilstm598k<double>(r); }, {4, 9}, 2, true);
+}
+
+TEST_CASE("clipping: vanilla and ghost equal the naive loop on a small BiGRU (a layer with no rule of its own)") {
+  // Embedding(12, 5) -> BiGRU(4) -> Dense(8 -> 2): few ids, so tokens repeat within and across samples
+  exact_strategies_agree([](Rng& r) { return make_bigru<double>(r, 12, 5, 4, 2); }, {6, 7}, 2, true, 12);
+}
+
+TEST_CASE("clipping: jl:K on a small BiGRU: finite, and close to the exact clipped sum for large K") {
+  FastRng init(25), data(26), rng(27);
+  auto model = make_bigru<double>(init, 12, 5, 4, 2);
+  BatchT<double> batch = make_token_batch(5, 6, 12, data);
+  auto exact = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 1e12, rng);
+  const double clip = 0.5 * xt::amax(exact.norms)();  // clips the largest, not all
+  auto ref = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, clip, rng);
+  REQUIRE(ref.clipped > 0);
+  REQUIRE(ref.clipped < batch.size());
+  auto few = make_clip_strategy<double>("jl:2")->clipped_sum(*model, batch, clip, rng);
+  for (const auto& a : few.sum) CHECK(xt::all(xt::isfinite(a)));
+  CHECK(xt::all(xt::isfinite(few.norms)));
+  CHECK(few.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-12));
+  auto jl = make_clip_strategy<double>("jl:4000")->clipped_sum(*model, batch, clip, rng);
+  std::vector<A> diff;
+  for (std::size_t j = 0; j < ref.sum.size(); ++j) diff.push_back(jl.sum[j] - ref.sum[j]);
+  // relative error of the norm estimates is about sqrt(2/K) = 2.2%
+  CHECK(total_norm(diff) < 0.05 * total_norm(ref.sum));
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    CAPTURE(i);
+    CHECK(jl.norms(i) == doctest::Approx(exact.norms(i)).epsilon(0.08));
+  }
+}
+
+TEST_CASE("clipping: a parameter used outside the parametric ops is refused by the rule-based strategies") {
+  FastRng init(28), data(29), rng(30);
+  AddedBiasModel model(init);
+  BatchT<double> batch = make_batch({4, 5}, 3, data);
+  for (std::string s : {"vanilla", "ghost"}) {
+    CAPTURE(s);
+    CHECK_THROWS_WITH_AS(make_clip_strategy<double>(s)->clipped_sum(model, batch, 1.0, rng),
+                         doctest::Contains("'b' is used by an op without a per-sample rule"), std::invalid_argument);
+  }
+  for (std::string s : {"naive", "jl:3"}) {
+    CAPTURE(s);
+    auto r = make_clip_strategy<double>(s)->clipped_sum(model, batch, 1.0, rng);
+    CHECK(total_norm(r.sum) > 0.0);
+  }
 }
 
 TEST_CASE("clipping: one huge gradient contributes at most C with exact strategies") {
