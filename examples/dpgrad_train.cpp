@@ -22,6 +22,7 @@
 #include "engine/tape.hpp"
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
+#include "optim/averaging.hpp"
 #include "optim/checkpoint.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/sampler.hpp"
@@ -37,7 +38,7 @@ struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant = "rdp";
   std::string schedule = "constant";
-  double lr = 0.1, momentum = 0.9, weight_decay = 0.0;
+  double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0;
   double epochs = 2;
   std::size_t batch = 256;
   double clip_norm = 1.0;
@@ -68,6 +69,7 @@ void for_each_run_option(O& o, F&& f) {
   f("lr-schedule", o.schedule);
   f("momentum", o.momentum);
   f("weight-decay", o.weight_decay);
+  f("ema", o.ema);
   f("epochs", o.epochs);
   f("batch-size", o.batch);
   f("max-steps", o.max_steps);
@@ -264,6 +266,7 @@ int run(Options o, const json* resumed) {
   if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
                                       "--epoch-fraction must be in (0, 1) for private shuffled training");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
   require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
           "--checkpoint-dir " + o.checkpoint_dir +
               " already holds a checkpoint: add --resume to continue that run, or choose another directory");
@@ -279,11 +282,11 @@ int run(Options o, const json* resumed) {
   FastRng init_rng(o.seed);
   Activation act = parse_activation(o.activation);
   std::unique_ptr<ModelT<float>> model;
-  if (o.model == "bilstm598k") {
-    require(data.tokens, "bilstm598k needs a text dataset (spamassassin, text:PATH, synthetic-text)");
+  if (model_reads_tokens(o.model)) {
+    require(data.tokens, o.model + " needs a text dataset (spamassassin, text:PATH, synthetic-text)");
     model = make_model<float>(o.model, init_rng, act);
   } else {
-    require(!data.tokens, o.model + " needs an image dataset; use bilstm598k for text");
+    require(!data.tokens, o.model + " needs an image dataset; use bilstm598k or bigru for text");
     std::size_t in = data.train.inputs.size() / data.train.size();
     if (o.model == "logreg") model = make_mlp<float>({in, data.classes}, act, init_rng);
     else if (o.model == "mlp") model = make_mlp<float>({in, o.hidden, data.classes}, act, init_rng);
@@ -355,6 +358,8 @@ int run(Options o, const json* resumed) {
   else base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
   DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise};
   DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *noise_rng, *aux_rng, accountant.get());
+  std::unique_ptr<ParameterAverage> average;
+  if (o.ema > 0) average = std::make_unique<ParameterAverage>(params, o.ema);
 
   // ---- header
   say(fmt::format("dpgrad-train: {} ({} parameters) on {}", model->name(), model->parameter_count(), data.description));
@@ -370,6 +375,9 @@ int run(Options o, const json* resumed) {
   } else {
     say("  non-private training: no clipping, no noise, no privacy guarantee");
   }
+  if (average)
+    say(fmt::format("  evaluating the exponential moving average of the parameters (decay {}; post-processing, "
+                    "no privacy cost)", o.ema));
 
   // ---- checkpoints
   TrainingState state;
@@ -378,6 +386,8 @@ int run(Options o, const json* resumed) {
   state.sampler = sampler.get();
   state.generators = {{"noise", noise_rng.get()}, {"aux", aux_rng.get()}, {"sampling", sample_rng.get()}};
   state.accountant = accountant.get();
+  if (average)
+    for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average->averages()[i];
   long step = 0;
   double loss_sum = 0, seconds_before = 0;
   std::size_t seen = 0;
@@ -389,6 +399,7 @@ int run(Options o, const json* resumed) {
     seen = resumed->at("epoch_seen").get<std::size_t>();
     history = resumed->at("history");
     seconds_before = resumed->at("seconds").get<double>();
+    if (average) average->set_updates(resumed->at("ema_updates").get<long>());
     say(fmt::format("  resumed from {} at step {} of {}{}", o.checkpoint_dir, step, total_steps,
                     dp && sigma > 0 ? ", epsilon so far " + fmt_eps(accountant->epsilon(delta)) : std::string()));
   }
@@ -396,7 +407,8 @@ int run(Options o, const json* resumed) {
   auto save = [&] {
     if (o.checkpoint_dir.empty()) return;
     json extra = {{"options", run_options_json(o)}, {"noise_multiplier", sigma}, {"total_steps", total_steps},
-                  {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen}, {"history", history}, {"seconds", elapsed()}};
+                  {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen}, {"history", history}, {"seconds", elapsed()},
+                  {"ema_updates", average ? average->updates() : 0L}};
     CheckpointDir(o.checkpoint_dir).save(step, state, extra);
   };
 
@@ -415,6 +427,7 @@ int run(Options o, const json* resumed) {
       auto idx = sampler->next(*sample_rng);
       BatchT<float> batch = data.train.select(idx);
       StepStats st = opt.step(batch);
+      if (average) average->update();
       ++step;
       loss_sum += st.loss * double(st.batch);
       seen += st.batch;
@@ -425,7 +438,11 @@ int run(Options o, const json* resumed) {
       // periodic checkpoints inside an epoch; the epoch's last step is saved after its evaluation
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && s + 1 < in_epoch) save();
     }
-    double acc = accuracy(*model, data.test);
+    double acc;
+    {
+      AveragedScopeT<float> averaged(average.get());
+      acc = accuracy(*model, data.test);
+    }
     if (dp && sigma > 0) eps = accountant->epsilon(delta);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
     json row = {{"epoch", epoch}, {"steps", step}, {"train_loss", seen ? loss_sum / double(seen) : 0.0},
@@ -488,7 +505,7 @@ int run(Options o, const json* resumed) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
-  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k")->capture_default_str();
+  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
   app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
@@ -498,6 +515,8 @@ int main(int argc, char** argv) {
   app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
   app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)")
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
   app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->capture_default_str();
   app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)");

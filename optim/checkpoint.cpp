@@ -245,6 +245,16 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
     state["optimizer"] = {{"name", st.optimizer->name()}, {"steps", st.optimizer->steps()},
                           {"lr", st.optimizer->lr()}, {"buffers", buffers}};
   }
+  json arrays = json::object();
+  std::size_t n_arrays = 0;
+  for (const auto& [key, value] : st.arrays) {
+    char idx[32];
+    std::snprintf(idx, sizeof(idx), "%03zu-", n_arrays++);
+    std::string rel = "arrays/" + std::string(idx) + safe(key) + ".npy";
+    w.add_array(rel, *value);
+    arrays[key] = {{"file", rel}, {"shape", shape_of(*value)}};
+  }
+  state["arrays"] = arrays;
   if (st.sampler) state["sampler"] = {{"name", st.sampler->name()}, {"state", st.sampler->state()}};
   json gens = json::object();
   for (const auto& [role, rng] : st.generators)
@@ -256,6 +266,7 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
              json{{"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", w.files()}}.dump(1));
   fsync_path(tmp / "params", true);
   if (st.optimizer) fsync_path(tmp / "optimizer", true);
+  if (!st.arrays.empty()) fsync_path(tmp / "arrays", true);
   fsync_path(tmp, true);
 
   // A second checkpoint of the same step (say, at the end of a run) gets a new
@@ -322,6 +333,15 @@ long CheckpointDir::load(TrainingStateT<T>& st) const {
         buffers[key] = r.template array<T>(std::string(info.at("file")), shape_of(it->second), "optimizer buffer '" + key + "'");
       }
     }
+    std::map<std::string, ArrayT<T>> arrays;
+    const json stored_arrays = s.value("arrays", json::object());
+    if (stored_arrays.size() != st.arrays.size())
+      fail(where + " holds " + std::to_string(stored_arrays.size()) + " further arrays, this run needs " +
+           std::to_string(st.arrays.size()));
+    for (const auto& [key, target] : st.arrays) {
+      if (!stored_arrays.contains(key)) fail(where + " has no array '" + key + "'");
+      arrays[key] = r.template array<T>(std::string(stored_arrays[key].at("file")), shape_of(*target), "array '" + key + "'");
+    }
     if (st.sampler) {
       if (!s.contains("sampler")) fail(where + " has no sampler state");
       if (s["sampler"].at("name").get<std::string>() != st.sampler->name())
@@ -349,6 +369,7 @@ long CheckpointDir::load(TrainingStateT<T>& st) const {
     if (st.sampler) st.sampler->load_state(s["sampler"].at("state"));
     if (st.accountant) privacy::replay_ledger(*st.accountant, s["accountant"]);
     for (std::size_t i = 0; i < values.size(); ++i) st.params[i].mutable_value() = values[i];
+    for (auto& [key, target] : st.arrays) *target = arrays[key];
     if (st.optimizer) {
       st.optimizer->load_state(buffers, opt_steps);
       st.optimizer->set_lr(s["optimizer"].at("lr").get<double>());

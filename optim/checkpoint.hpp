@@ -47,6 +47,7 @@ struct TrainingStateT {
   Sampler* sampler = nullptr;
   std::map<std::string, Rng*> generators;  // by role: "noise", "sampling", ...
   privacy::Accountant* accountant = nullptr;
+  std::map<std::string, ArrayT<T>*> arrays;  // further named arrays (parameter averages, ...)
 };
 
 class CheckpointDir {

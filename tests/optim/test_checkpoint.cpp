@@ -29,6 +29,7 @@ struct Run {
   std::unique_ptr<privacy::Accountant> accountant;
   std::unique_ptr<DPOptimizerT<double>> dp;
   BatchT<double> data;
+  ArrayT<double> extra;  // a further named array (as a parameter average would be)
 
   explicit Run(std::uint64_t seed, std::size_t hidden = 6)
       : init(seed), noise(seed + 1), aux(seed + 2), sampling(seed + 3) {
@@ -43,6 +44,7 @@ struct Run {
     accountant = privacy::make_accountant("rdp");
     dp = std::make_unique<DPOptimizerT<double>>(*model, *adam, *strategy, DPConfig{1.0, 1.2, 0.2, 8.0}, noise, aux,
                                                 accountant.get());
+    extra = ArrayT<double>{double(seed), 2.0, 3.0};
     FastRng d(99);
     data.inputs = ArrayT<double>::from_shape({40, 5});
     for (auto& v : data.inputs) v = d.normal();
@@ -61,6 +63,7 @@ struct Run {
     s.sampler = sampler.get();
     s.generators = {{"noise", &noise}, {"aux", &aux}, {"sampling", &sampling}};
     s.accountant = accountant.get();
+    s.arrays["extra"] = &extra;
     return s;
   }
 };
@@ -91,6 +94,7 @@ TEST_CASE("checkpoint: a restored run continues bit for bit, ledger included") {
   CHECK(dir.load(st) == 3);
   CHECK(b.accountant->total_steps() == 3);
   CHECK(b.adam->steps() == 3);
+  CHECK(b.extra(0) == 11.0);
   b.train(5);
   auto pa = a.model->parameters(), pb = b.model->parameters();
   for (std::size_t i = 0; i < pa.size(); ++i) {
