@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/blas.hpp"
@@ -38,6 +40,7 @@ struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant = "rdp";
   std::string schedule = "constant";
+  std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
   double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0;
   double epochs = 2;
   std::size_t batch = 256;
@@ -62,6 +65,7 @@ template <class O, class F>
 void for_each_run_option(O& o, F&& f) {
   f("model", o.model);
   f("dataset", o.dataset);
+  f("classes", o.classes);
   f("activation", o.activation);
   f("hidden", o.hidden);
   f("optimizer", o.optimizer);
@@ -225,6 +229,16 @@ double accuracy(ModelT<float>& model, const BatchT<float>& test) {
 std::string fmt_eps(double e) { return privacy::format_epsilon(e); }
 json eps_json(double e) { return std::isfinite(e) ? json(e) : json("inf"); }
 
+/// The examples of the given classes, relabelled 0, 1, ... in the order given.
+BatchT<float> keep_classes(const BatchT<float>& b, const std::vector<int>& classes) {
+  std::vector<std::size_t> rows;
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if (std::find(classes.begin(), classes.end(), b.labels[i]) != classes.end()) rows.push_back(i);
+  BatchT<float> r = b.select(rows);
+  for (auto& y : r.labels) y = std::int32_t(std::find(classes.begin(), classes.end(), y) - classes.begin());
+  return r;
+}
+
 BatchT<float> limit(const BatchT<float>& b, std::size_t n) {
   if (n == 0 || n >= b.size()) return b;
   std::vector<std::size_t> rows(n);
@@ -276,6 +290,19 @@ int run(Options o, const json* resumed) {
   data::DatasetOptions dopts;
   dopts.seed = o.seed;
   data::DataSplit data = data::load_dataset(o.dataset, dopts);
+  if (!o.classes.empty()) {
+    require(o.classes.size() >= 2, "--classes needs at least two classes");
+    for (std::size_t i = 0; i < o.classes.size(); ++i) {
+      require(o.classes[i] >= 0 && std::size_t(o.classes[i]) < data.classes,
+              fmt::format("--classes: class {} does not exist (the dataset has {})", o.classes[i], data.classes));
+      for (std::size_t j = 0; j < i; ++j) require(o.classes[i] != o.classes[j], "--classes: a class is repeated");
+    }
+    data.train = keep_classes(data.train, o.classes);
+    data.test = keep_classes(data.test, o.classes);
+    data.classes = o.classes.size();
+    data.description += fmt::format("; classes {}: {} train, {} test", fmt::join(o.classes, ","), data.train.size(),
+                                    data.test.size());
+  }
   data.train = limit(data.train, o.train_limit);
   data.test = limit(data.test, o.test_limit);
   require(data.train.size() > 0, "the training set is empty");
@@ -508,6 +535,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
+  app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
   app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden units of mlp")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam")->capture_default_str();

@@ -22,7 +22,7 @@ std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t> sizes, Activation a
     net.template emplace<DenseT<T>>(sizes[i], sizes[i + 1], rng, "dense" + std::to_string(i + 1));
     if (i + 2 < sizes.size()) net.template emplace<ActivationT<T>>(act);
   }
-  return std::make_unique<FeatureModelT<T>>("mlp", std::move(net));
+  return std::make_unique<FeatureModelT<T>>(sizes.size() == 2 ? "logreg" : "mlp", std::move(net));
 }
 
 namespace {

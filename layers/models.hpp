@@ -16,7 +16,7 @@ namespace dpgrad {
 /// Flatten; Dense(sizes[0], sizes[1]) act; ...; Dense(sizes[n-2], sizes[n-1]) (no
 /// activation on the logits). Inputs (B, ...) with prod(...) = sizes[0], e.g. (B, 1, 28, 28).
 template <class T>
-std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t> sizes, Activation act, Rng& rng);
+std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t> sizes, Activation act, Rng& rng);  // "logreg" for 2 sizes
 
 /// Input (B, 1, 28, 28) -> Reshape (B, 28, 28, 1); Conv2d(16, 8x8, stride 2, same) act;
 /// MaxPool(2, stride 1); Conv2d(32, 4x4, stride 2, valid) act; MaxPool(2, stride 1);

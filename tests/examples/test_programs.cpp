@@ -116,6 +116,14 @@ TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon w
   CHECK(last_json(s.out)["noise_generator"].get<std::string>().find("secure") != std::string::npos);
 }
 
+TEST_CASE("dpgrad-train: --classes keeps two classes as a binary task; --model logreg is named so") {
+  Run r = run(train + " --dataset synthetic --model logreg --classes 3,7 --optimizer sgd --batch-size 64 --epochs 1 --json");
+  REQUIRE(r.status == 0);
+  auto j = last_json(r.out);
+  CHECK(j["model"] == "logreg");
+  CHECK(r.out.find("classes 3,7") != std::string::npos);
+}
+
 TEST_CASE("dpgrad-train: zero noise only when insisted on, with a loud warning") {
   std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
                              "--epochs 1 --clip-strategy ghost --noise-multiplier 0";
@@ -143,6 +151,11 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --model bilstm598k",
       " --dataset synthetic --epochs -1",
       " --dataset synthetic --noise-multiplier 1",
+      " --dataset synthetic --classes 3",
+      " --dataset synthetic --classes 0,12",
+      " --dataset synthetic --classes 2,2",
+      " --dataset synthetic --ema 1.5",
+      " --dataset synthetic --checkpoint-every -1",
   };
   for (const char* args : cases) {
     CAPTURE(args);
