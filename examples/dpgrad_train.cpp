@@ -41,6 +41,7 @@ struct Options {
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant = "rdp";
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
+  std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
   double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0;
   double epochs = 2;
   std::size_t batch = 256;
@@ -66,6 +67,7 @@ void for_each_run_option(O& o, F&& f) {
   f("model", o.model);
   f("dataset", o.dataset);
   f("classes", o.classes);
+  f("normalize", o.normalize);
   f("activation", o.activation);
   f("hidden", o.hidden);
   f("optimizer", o.optimizer);
@@ -303,6 +305,14 @@ int run(Options o, const json* resumed) {
     data.description += fmt::format("; classes {}: {} train, {} test", fmt::join(o.classes, ","), data.train.size(),
                                     data.test.size());
   }
+  if (!o.normalize.empty()) {
+    require(o.normalize.size() == 2 && o.normalize[1] > 0 && std::isfinite(o.normalize[0]) && std::isfinite(o.normalize[1]),
+            "--normalize needs MEAN,STD with STD > 0 (Fashion-MNIST's published values: 0.2860,0.3530)");
+    require(!data.tokens, "--normalize applies to image datasets only");
+    const float mean = float(o.normalize[0]), inv = float(1.0 / o.normalize[1]);
+    for (auto* b : {&data.train, &data.test})
+      for (auto& v : b->inputs) v = (v - mean) * inv;
+  }
   data.train = limit(data.train, o.train_limit);
   data.test = limit(data.test, o.test_limit);
   require(data.train.size() > 0, "the training set is empty");
@@ -536,6 +546,10 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
   app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
+  app.add_option("--normalize", o.normalize,
+                 "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
+                 "the private data")
+      ->delimiter(',');
   app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden units of mlp")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam")->capture_default_str();

@@ -155,6 +155,8 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --classes 0,12",
       " --dataset synthetic --classes 2,2",
       " --dataset synthetic --ema 1.5",
+      " --dataset synthetic --normalize 0.2",
+      " --dataset synthetic --normalize 0.2,0",
       " --dataset synthetic --checkpoint-every -1",
   };
   for (const char* args : cases) {
