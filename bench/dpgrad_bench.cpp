@@ -41,6 +41,7 @@
 
 #include "bench/bench_gemm.hpp"
 #include "bench/bench_process.hpp"
+#include "engine/runtime.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
 #include "examples/data/datasets.hpp"
@@ -693,6 +694,7 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_memory();  // as dpgrad-train does: every method is timed with the same allocator settings
   Options o;
   CLI::App app{"dpgrad-bench: speed and memory of the clipping strategies against non-private training"};
   app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp (comma-separated)")->delimiter(',');

@@ -21,6 +21,7 @@
 
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
+#include "engine/runtime.hpp"
 #include "engine/tape.hpp"
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
@@ -540,6 +541,7 @@ int run(Options o, const json* resumed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_memory();
   Options o;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
   app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();

@@ -1,0 +1,17 @@
+// Process-wide settings for training speed.
+#pragma once
+
+namespace dpgrad {
+
+/// Keeps memory freed by the engine in the process for the next step instead of
+/// handing it back to the kernel. A training step allocates and frees the same
+/// large temporaries (activations, im2col buffers, gradients) every time; with
+/// glibc's defaults each one above the mmap threshold is a fresh mapping whose
+/// pages fault in again, and the kernel time can exceed the arithmetic
+/// (cnn26k at batch 2048: 2.7 s of system time against 3.0 s of user time over
+/// six steps; 0.4 s with this call). Peak memory is unchanged; the process
+/// holds on to its peak. Call once at the start of main(); programs that link
+/// dpgrad decide for themselves. Returns false if the allocator refused.
+bool keep_freed_memory();
+
+}  // namespace dpgrad
