@@ -1,15 +1,21 @@
 // dpgrad-account: the privacy calculator. Given a DP-SGD run (N, L, sigma,
 // epochs or steps) it prints the (epsilon, delta) of any accountant, or, with
-// --target-epsilon, the smallest noise multiplier that reaches that epsilon.
+// --target-epsilon, the smallest noise multiplier that reaches that epsilon, or,
+// with --curve, the epsilon after each epoch 1..E (privacy curves, Bu et al. 2021 Fig. 3).
 // Exit status: 0 ok, 2 invalid input (message on stderr), 1 internal error.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -30,6 +36,8 @@ using namespace dpgrad::privacy;
 struct InvalidInput : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+constexpr long kMaxCurveEpochs = 100000;  // --curve prints one line per epoch
 
 /// error_bound = upper - lower of the PLD accountant; nullopt for the others.
 std::optional<double> pld_error_bound(const Accountant& a, double delta) {
@@ -55,6 +63,117 @@ const char* describe(const std::string& name) {
   return "Renyi DP, shuffled passes stopped at a fraction f (Berthier et al. 2019)";
 }
 
+/// The epsilon a plain run of `steps` steps prints: a fresh accountant, one ledger entry.
+double account_once(const std::string& name, const AccountantOptions& opts, double q, double sigma,
+                    long steps, int jl_dim, double delta) {
+  auto acc = make_accountant(name, opts);
+  acc->step(q, sigma, steps, jl_dim);
+  return acc->epsilon(delta);
+}
+
+/// epsilon after each of steps[0..E-1] (the epochs' cumulative step counts, increasing).
+/// Each epoch is accounted from scratch, exactly as a plain run of that many steps
+/// (the accountants expose no prefix of a composition), on every core at once.
+/// Then, going back from the last epoch, eps[e] = min(eps[e], eps[e+1]): the true
+/// epsilon never decreases with more steps (the first e epochs' output is a
+/// post-processing of the first e+1's), so min_{e' >= e} of upper bounds at e' is an
+/// upper bound at e; the curve is non-decreasing and ends at the plain run's value.
+/// If the first and last epochs prove no finite epsilon, every epoch is printed inf
+/// without being computed (inf is always a valid bound; this skips the slowest case,
+/// DP-SGD-JL with K = 1).
+std::vector<double> epsilon_curve(const std::string& name, const AccountantOptions& opts, double q,
+                                  double sigma, const std::vector<long>& steps, int jl_dim, double delta) {
+  const std::size_t epochs = steps.size();
+  std::vector<double> eps(epochs, std::numeric_limits<double>::infinity());
+  // Runs the epochs in `todo` (indices into steps) on up to hardware_concurrency threads.
+  auto run_all = [&](const std::vector<std::size_t>& todo) {
+    const std::size_t workers = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, todo.size());
+    std::atomic<std::size_t> next{0};
+    std::vector<std::exception_ptr> errors(workers);
+    auto work = [&](std::size_t w) {
+      try {
+        for (std::size_t i; (i = next++) < todo.size();)
+          eps[todo[i]] = account_once(name, opts, q, sigma, steps[todo[i]], jl_dim, delta);
+      } catch (...) {
+        errors[w] = std::current_exception();
+        next = todo.size();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
+    work(0);
+    for (auto& t : pool) t.join();
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  };
+  run_all(epochs == 1 ? std::vector<std::size_t>{0} : std::vector<std::size_t>{epochs - 1, 0});
+  if (epochs > 2 && !(std::isinf(eps.front()) && std::isinf(eps.back()))) {
+    std::vector<std::size_t> middle;  // latest first: later epochs take longest
+    for (std::size_t e = epochs - 1; e-- > 1;) middle.push_back(e);
+    run_all(middle);
+  }
+  for (std::size_t e = epochs - 1; e-- > 0;) eps[e] = std::min(eps[e], eps[e + 1]);
+  return eps;
+}
+
+/// --curve output: epsilon after each epoch (steps[e-1] steps after epoch e), as a
+/// table or as one JSON object with arrays. `acc` holds the whole run's ledger (or
+/// none when sigma = 0) and is only asked for its settings.
+int print_curve(const Accountant& acc, const AccountantOptions& opts, double q, double sigma, int jl_dim,
+                double delta, const std::vector<long>& steps, bool json) {
+  const std::string name = acc.name();
+  // No noise: no finite epsilon at any delta < 1 (the accountants refuse sigma = 0).
+  const std::vector<double> eps = sigma == 0.0
+      ? std::vector<double>(steps.size(), std::numeric_limits<double>::infinity())
+      : epsilon_curve(name, opts, q, sigma, steps, jl_dim, delta);
+  const auto* shuffle = dynamic_cast<const ShuffleAccountant*>(&acc);
+  const bool gdp = dynamic_cast<const GdpAccountant*>(&acc) != nullptr;
+
+  if (json) {
+    nlohmann::json epochs = nlohmann::json::array(), epsilon = nlohmann::json::array();
+    for (std::size_t e = 0; e < steps.size(); ++e) {
+      epochs.push_back(e + 1);
+      epsilon.push_back(number_or_inf(eps[e]));
+    }
+    nlohmann::json j = {{"epochs", epochs},
+                        {"steps", steps},
+                        {"epsilon", epsilon},
+                        {"delta", delta},
+                        {"accountant", name},
+                        {"neighbouring", to_string(acc.neighbouring())},
+                        {"sampling_rate", q},
+                        {"noise_multiplier", sigma},
+                        {"dataset_size", opts.dataset_size},
+                        {"batch_size", opts.batch_size},
+                        {"steps_rounded_up", true}};
+    if (jl_dim > 0) j["jl_dim"] = jl_dim;
+    if (gdp) j["approximation"] = kGdpLabel;
+    if (shuffle) {
+      j["epoch_fraction"] = opts.epoch_fraction;
+      j["steps_per_epoch"] = shuffle->steps_per_epoch();
+    }
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+
+  fmt::print("accountant       {}: {}\n", name, describe(name));
+  fmt::print("neighbouring     {}\n", to_string(acc.neighbouring()));
+  fmt::print("delta            {}\n", delta);
+  fmt::print("sampling rate    {:.6g}  (q = L / N = {} / {})\n", q, opts.batch_size, opts.dataset_size);
+  fmt::print("noise multiplier {:.6g}{}\n", sigma, sigma == 0.0 ? "  (no noise: no privacy)" : "");
+  if (jl_dim > 0) fmt::print("jl dimension     {}\n", jl_dim);
+  if (shuffle)
+    fmt::print("steps            e x {} per pass after epoch e  (epoch fraction {}: floor(F N / L))\n",
+               shuffle->steps_per_epoch(), opts.epoch_fraction);
+  else
+    fmt::print("steps            ceil(e x {} / {}) after epoch e\n", opts.dataset_size, opts.batch_size);
+  if (gdp) fmt::print("note             {}: the CLT can under-state epsilon for few steps\n", kGdpLabel);
+  fmt::print("{:>6}  {:>10}  {}\n", "epoch", "steps", "epsilon");
+  for (std::size_t e = 0; e < steps.size(); ++e)
+    fmt::print("{:>6}  {:>10}  {}\n", e + 1, steps[e], fmt_eps(eps[e]));
+  return 0;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"dpgrad-account: the privacy (epsilon, delta) of a DP-SGD run, or the noise multiplier for a "
                "target epsilon"};
@@ -62,7 +181,7 @@ int run(int argc, char** argv) {
   double sigma = -1.0, epochs = 0.0, delta = 0.0, target = 0.0, fraction = 0.0;
   std::string accountant = "rdp";
   int jl_dim = 0;
-  bool json = false;
+  bool json = false, curve = false;
   app.add_option("--dataset-size", n, "N, number of training examples")->required();
   app.add_option("--batch-size", batch, "L, expected batch size (q = L / N)")->required();
   auto* o_sigma = app.add_option("--noise-multiplier", sigma, "S, noise std / clipping norm");
@@ -74,6 +193,8 @@ int run(int argc, char** argv) {
   auto* o_jl = app.add_option("--jl-dim", jl_dim, "K: account DP-SGD-JL with K projections (pld only)");
   auto* o_frac = app.add_option("--epoch-fraction", fraction, "F in (0, 1): shuffle stops each pass after F N examples");
   app.add_flag("--json", json, "print one JSON object");
+  app.add_flag("--curve", curve,
+               "print epsilon after each epoch 1..E (needs a whole number of --epochs; JSON: arrays)");
   o_epochs->excludes(o_steps);
   o_sigma->excludes(o_target);
 
@@ -104,6 +225,13 @@ int run(int argc, char** argv) {
     throw InvalidInput(fmt::format("--noise-multiplier must be >= 0, got {}", sigma));
   if (calibrate && !(target > 0.0 && std::isfinite(target)))
     throw InvalidInput(fmt::format("--target-epsilon must be > 0, got {}", target));
+  if (curve && !o_epochs->count())
+    throw InvalidInput("--curve needs --epochs E (a whole number of epochs), not --steps");
+  if (curve && !(epochs >= 1.0 && epochs <= kMaxCurveEpochs && epochs == std::floor(epochs)))
+    throw InvalidInput(
+        fmt::format("--curve needs a whole number of --epochs in [1, {}], got {}", kMaxCurveEpochs, epochs));
+  if (curve && calibrate)
+    throw InvalidInput("--curve does not combine with --target-epsilon (give --noise-multiplier S)");
   if (o_jl->count() && jl_dim < 0) throw InvalidInput(fmt::format("--jl-dim must be >= 0, got {}", jl_dim));
   if (o_frac->count() && !(fraction > 0.0 && fraction < 1.0))
     throw InvalidInput(fmt::format("--epoch-fraction must be in (0, 1), got {}", fraction));
@@ -127,21 +255,36 @@ int run(int argc, char** argv) {
 
   // ---- steps and sampling rate ----
   const double q = static_cast<double>(batch) / static_cast<double>(n);
+  // One epoch of the shuffle accountant is one pass stopped at F: floor(F N / L) steps.
+  const long per_pass = accountant == "shuffle" ? dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch() : 0;
+  auto steps_after = [&](double e) {  // steps of e epochs, rounded up
+    const double exact = accountant == "shuffle" ? e * static_cast<double>(per_pass)
+                                                 : e * static_cast<double>(n) / static_cast<double>(batch);
+    if (!(exact < 9e18)) throw InvalidInput("too many steps");
+    return static_cast<long>(std::ceil(exact));
+  };
   long steps = steps_opt;
   std::string steps_note;
   if (o_epochs->count()) {
-    double exact;
-    if (accountant == "shuffle") {
-      // One epoch of the shuffle accountant is one pass stopped at F: floor(F N / L) steps.
-      const long per = dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch();
-      exact = epochs * static_cast<double>(per);
-      steps_note = fmt::format("{} epochs x {} steps per pass (floor(F N / L)), rounded up", epochs, per);
-    } else {
-      exact = epochs * static_cast<double>(n) / static_cast<double>(batch);
+    if (accountant == "shuffle")
+      steps_note = fmt::format("{} epochs x {} steps per pass (floor(F N / L)), rounded up", epochs, per_pass);
+    else
       steps_note = fmt::format("{} epochs x {} / {}, rounded up", epochs, n, batch);
+    steps = steps_after(epochs);
+  }
+
+  if (curve) {
+    // Recording the whole run checks (q, sigma, K) as a plain run does, without accounting.
+    if (sigma != 0.0) {
+      try {
+        acc->step(q, sigma, steps, jl_dim);
+      } catch (const std::invalid_argument& e) {
+        throw InvalidInput(e.what());
+      }
     }
-    if (!(exact < 9e18)) throw InvalidInput("too many steps");
-    steps = static_cast<long>(std::ceil(exact));
+    std::vector<long> curve_steps;  // after epochs 1..E
+    for (long e = 1; e <= static_cast<long>(epochs); ++e) curve_steps.push_back(steps_after(static_cast<double>(e)));
+    return print_curve(*acc, opts, q, sigma, jl_dim, delta, curve_steps, json);
   }
 
   // ---- account (or calibrate) ----
