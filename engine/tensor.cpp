@@ -7,6 +7,7 @@ namespace dpgrad {
 
 template <class T>
 TensorT<T>::TensorT(ArrayT<T> value, bool requires_grad) : node_(std::make_shared<Node<T>>()) {
+  acquire();
   node_->value = std::move(value);
   node_->requires_grad = requires_grad;
 }

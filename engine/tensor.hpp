@@ -3,6 +3,7 @@
 // leaf tensors with a name that optimizers update in place.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,11 @@ struct Node {
   bool requires_grad = false;
   bool is_parameter = false;
   std::string name;
+  /// TensorT handles on this node. When the last one goes, no later op can take
+  /// the node as an input, so its tangent is dropped even if a tape still holds
+  /// the node for the backward pass (forward-mode memory stays that of a few
+  /// layers, not of the whole recorded graph).
+  std::atomic<int> handles{0};
 };
 
 template <class T>
@@ -28,7 +34,25 @@ class TensorT {
   TensorT() = default;
   /// A leaf. requires_grad: reverse mode computes its gradient.
   explicit TensorT(ArrayT<T> value, bool requires_grad = false);
-  explicit TensorT(std::shared_ptr<Node<T>> node) : node_(std::move(node)) {}
+  explicit TensorT(std::shared_ptr<Node<T>> node) : node_(std::move(node)) { acquire(); }
+  TensorT(const TensorT& o) : node_(o.node_) { acquire(); }
+  TensorT(TensorT&& o) noexcept : node_(std::move(o.node_)) {}
+  TensorT& operator=(const TensorT& o) {
+    if (node_ != o.node_) {
+      release();
+      node_ = o.node_;
+      acquire();
+    }
+    return *this;
+  }
+  TensorT& operator=(TensorT&& o) noexcept {
+    if (this != &o) {
+      release();
+      node_ = std::move(o.node_);
+    }
+    return *this;
+  }
+  ~TensorT() { release(); }
 
   bool defined() const { return node_ != nullptr; }
   const ArrayT<T>& value() const { return node_->value; }
@@ -61,6 +85,16 @@ class TensorT {
   const std::shared_ptr<Node<T>>& shared() const { return node_; }
 
  private:
+  void acquire() {
+    if (node_) node_->handles.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() {
+    if (node_ && node_->handles.fetch_sub(1, std::memory_order_acq_rel) == 1 && node_->has_tangent &&
+        !node_->is_parameter && node_.use_count() > 1) {
+      node_->tangent = ArrayT<T>();
+      node_->has_tangent = false;
+    }
+  }
   std::shared_ptr<Node<T>> node_;
 };
 
