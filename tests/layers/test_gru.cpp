@@ -13,8 +13,12 @@
 #include "support/recurrent.hpp"
 
 using namespace dpgrad;
+using test::check_bidirectional_joins_directions;
+using test::check_float_and_empty_batch;
 using test::check_parameter_derivatives;
-using test::check_states_agree;
+using test::check_padding_invariance;
+using test::check_per_sample_independence;
+using test::check_reverse_is_forward_reversed;
 using test::flat;
 using test::randn;
 using D = TensorT<double>;
@@ -97,96 +101,34 @@ TEST_CASE("BiGRU: output is [forward, backward] of the two directions") {
   FastRng rng(204);
   BiGruT<double> bi(3, 2, rng);
   auto p = bi.parameters();
-  REQUIRE(p.size() == 8);
-  A x = randn<double>({3, 4, 3}, rng);
-  Lengths lengths = {2, 4, 3};
-  NoRecordScope<double> none;
-  auto out = bi.forward(D(x), lengths);
-  auto f = gru_sequence(D(x), p[0], p[1], p[2], p[3], lengths, false);
-  auto r = gru_sequence(D(x), p[4], p[5], p[6], p[7], lengths, true);
-  CHECK(out.states.shape() == Shape{3, 4, 4});
-  CHECK(out.final.shape() == Shape{3, 4});
-  DPGRAD_CHECK_CLOSE(A(xt::view(out.states.value(), xt::all(), xt::all(), xt::range(0, 2))), f.states.value(), 0.0);
-  DPGRAD_CHECK_CLOSE(A(xt::view(out.states.value(), xt::all(), xt::all(), xt::range(2, 4))), r.states.value(), 0.0);
-  DPGRAD_CHECK_CLOSE(A(xt::view(out.final.value(), xt::all(), xt::range(0, 2))), f.final.value(), 0.0);
-  DPGRAD_CHECK_CLOSE(A(xt::view(out.final.value(), xt::all(), xt::range(2, 4))), r.final.value(), 0.0);
-  // the two directions differ (different weights, different order)
-  CHECK(xt::amax(xt::abs(f.final.value() - r.final.value()))() > 1e-3);
+  REQUIRE(p.size() == 8);  // {w_ih, w_hh, b_ih, b_hh} forward, then backward
+  auto direction = [&](const D& x, const Lengths& l, bool reverse) {
+    const std::size_t k = reverse ? 4 : 0;
+    return gru_sequence(x, p[k], p[k + 1], p[k + 2], p[k + 3], l, reverse);
+  };
+  check_bidirectional_joins_directions([&](const D& x, const Lengths& l) { return bi.forward(x, l); }, direction, 3, 2,
+                                       rng);
 }
 
 TEST_CASE("GRU: padding invariance (junk in padded positions, extra padded steps)") {
   FastRng rng(205);
-  const std::size_t d = 3, h = 2;
-  GruT<double> gru(d, h, rng);
-  BiGruT<double> bi(d, h, rng);
-  Lengths lengths = {4, 2, 3};
-  A x = randn<double>({3, 4, d}, rng);
-  // same valid tokens, junk at every padded position, and 3 extra padded steps
-  A x_ext = randn<double>({3, 7, d}, rng, 10.0);
-  for (std::size_t n = 0; n < 3; ++n)
-    for (std::size_t t = 0; t < std::size_t(lengths[n]); ++t)
-      for (std::size_t j = 0; j < d; ++j) x_ext(n, t, j) = x(n, t, j);
-  NoRecordScope<double> none;
-  for (bool reverse : {false, true}) {
-    CAPTURE(reverse);
-    auto a = gru.forward(D(x), lengths, reverse);
-    auto b = gru.forward(D(x_ext), lengths, reverse);
-    CHECK(b.states.shape() == Shape{3, 7, h});
-    DPGRAD_CHECK_CLOSE(a.final.value(), b.final.value(), 1e-12);
-    check_states_agree(a.states.value(), b.states.value(), lengths, 1e-12);
-  }
-  auto a = bi.forward(D(x), lengths);
-  auto b = bi.forward(D(x_ext), lengths);
-  DPGRAD_CHECK_CLOSE(a.final.value(), b.final.value(), 1e-12);
-  check_states_agree(a.states.value(), b.states.value(), lengths, 1e-12);
+  GruT<double> gru(3, 2, rng);
+  BiGruT<double> bi(3, 2, rng);
+  check_padding_invariance([&](const D& x, const Lengths& l, bool reverse) { return gru.forward(x, l, reverse); },
+                           [&](const D& x, const Lengths& l) { return bi.forward(x, l); }, 3, 2, rng);
 }
 
 TEST_CASE("GRU: the reverse direction equals the forward one on each sequence reversed within its length") {
   FastRng rng(206);
-  const std::size_t d = 3, h = 2, l = 5;
-  GruT<double> gru(d, h, rng);
-  Lengths lengths = {5, 1, 3, 4};
-  A x = randn<double>({4, l, d}, rng);
-  A x_rev = randn<double>({4, l, d}, rng);  // padded positions: other junk
-  for (std::size_t n = 0; n < 4; ++n) {
-    std::size_t len = std::size_t(lengths[n]);
-    for (std::size_t t = 0; t < len; ++t)
-      for (std::size_t j = 0; j < d; ++j) x_rev(n, t, j) = x(n, len - 1 - t, j);
-  }
-  NoRecordScope<double> none;
-  auto r = gru.forward(D(x), lengths, true);
-  auto f = gru.forward(D(x_rev), lengths, false);
-  DPGRAD_CHECK_CLOSE(r.final.value(), f.final.value(), 1e-12);
-  // state of the reverse pass at t = state of the forward pass over the reversed sequence at len-1-t
-  for (std::size_t n = 0; n < 4; ++n) {
-    std::size_t len = std::size_t(lengths[n]);
-    for (std::size_t t = 0; t < len; ++t)
-      for (std::size_t j = 0; j < h; ++j)
-        CHECK(r.states.value()(n, t, j) == doctest::Approx(f.states.value()(n, len - 1 - t, j)).epsilon(1e-12));
-    for (std::size_t t = len; t < l; ++t)
-      for (std::size_t j = 0; j < h; ++j) CHECK(r.states.value()(n, t, j) == 0.0);
-  }
-  // the reverse final state is the state at t = 0
-  DPGRAD_CHECK_CLOSE(A(xt::view(r.states.value(), xt::all(), 0, xt::all())), r.final.value(), 0.0);
+  GruT<double> gru(3, 2, rng);
+  check_reverse_is_forward_reversed(
+      [&](const D& x, const Lengths& l, bool reverse) { return gru.forward(x, l, reverse); }, 3, 2, rng);
 }
 
 TEST_CASE("GRU: per-sample independence (other samples' tokens and lengths do not matter)") {
   FastRng rng(207);
-  const std::size_t d = 3, h = 2, l = 4;
-  BiGruT<double> bi(d, h, rng);
-  A x = randn<double>({3, l, d}, rng);
-  A y = randn<double>({3, l, d}, rng);  // samples 0 and 2 replaced, sample 1 kept
-  xt::view(y, 1, xt::all(), xt::all()) = xt::view(x, 1, xt::all(), xt::all());
-  A alone = xt::view(x, xt::range(1, 2), xt::all(), xt::all());
-  NoRecordScope<double> none;
-  auto a = bi.forward(D(x), {4, 2, 3});
-  auto b = bi.forward(D(y), {1, 2, 4});
-  auto c = bi.forward(D(alone), {2});
-  auto row = [](const D& t) { return A(xt::view(t.value(), xt::range(1, 2))); };
-  DPGRAD_CHECK_CLOSE(row(a.final), row(b.final), 1e-12);
-  DPGRAD_CHECK_CLOSE(row(a.states), row(b.states), 1e-12);
-  DPGRAD_CHECK_CLOSE(row(a.final), c.final.value(), 1e-12);
-  DPGRAD_CHECK_CLOSE(row(a.states), c.states.value(), 1e-12);
+  BiGruT<double> bi(3, 2, rng);
+  check_per_sample_independence([&](const D& x, const Lengths& l) { return bi.forward(x, l); }, 3, rng);
 }
 
 TEST_CASE("GRU: two steps against PyTorch's formulas with known weights (gate order r, z, n)") {
@@ -290,14 +232,7 @@ TEST_CASE("GRU: uses recorded for per-sample gradients (input projection once, r
 TEST_CASE("GRU: float instantiation and an empty batch") {
   FastRng rng(211);
   BiGru bi(3, 4, rng);
-  ArrayT<float> x = randn<float>({2, 3, 3}, rng);
-  auto out = bi.forward(Tensor(x), {3, 1});
-  CHECK(out.states.shape() == Shape{2, 3, 8});
-  CHECK(out.final.shape() == Shape{2, 8});
-  for (float v : out.final.value()) CHECK(std::isfinite(v));
-  auto empty = bi.forward(Tensor(ArrayT<float>(xt::zeros<float>({std::size_t(0), std::size_t(3), std::size_t(3)}))), {});
-  CHECK(empty.states.shape() == Shape{0, 3, 8});
-  CHECK(empty.final.shape() == Shape{0, 8});
+  check_float_and_empty_batch([&](const Tensor& x, const Lengths& l) { return bi.forward(x, l); }, rng);
 }
 
 TEST_CASE("GRU: bad input throws std::invalid_argument") {

@@ -1,6 +1,8 @@
 // Checks shared by the recurrent layer tests (LSTM, GRU): outputs flattened for
 // gradcheck, a layer's derivatives with respect to its own parameters (which
-// gradcheck cannot reach), and padded states that must agree or be zero.
+// gradcheck cannot reach), padded states that must agree or be zero, and the
+// properties every recurrent layer has (padding, reversal, per-sample, joining
+// two directions, float and empty batches), written once for every layer.
 #pragma once
 
 #include <algorithm>
@@ -107,6 +109,140 @@ inline void check_states_agree(const ArrayT<double>& a, const ArrayT<double>& b,
       for (std::size_t t = len; t < s->shape()[1]; ++t)
         for (std::size_t j = 0; j < s->shape()[2]; ++j) CHECK((*s)(n, t, j) == 0.0);
   }
+}
+
+// The property checks below take the layer as callables, so one check serves
+// every recurrent layer whose output has .states (B, L, k) and .final (B, k):
+//   one(x, lengths, reverse): one direction, k = h;
+//   both(x, lengths): a bidirectional layer, k = 2h;
+// with x: (B, L, d) and lengths (B) in [1, L]. The caller builds the layers
+// from `rng` first; the checks then draw their inputs from it.
+
+/// Outputs do not depend on the padding: junk (10x larger) at every padded
+/// position and 3 extra padded steps leave final and valid states unchanged,
+/// for one direction (both ways) and for the bidirectional layer.
+template <class One, class Both>
+void check_padding_invariance(const One& one, const Both& both, std::size_t d, std::size_t h, Rng& rng) {
+  using D = TensorT<double>;
+  using A = ArrayT<double>;
+  const std::vector<std::int32_t> lengths = {4, 2, 3};
+  A x = randn<double>({3, 4, d}, rng);
+  A x_ext = randn<double>({3, 7, d}, rng, 10.0);
+  for (std::size_t n = 0; n < 3; ++n)
+    for (std::size_t t = 0; t < std::size_t(lengths[n]); ++t)
+      for (std::size_t j = 0; j < d; ++j) x_ext(n, t, j) = x(n, t, j);
+  NoRecordScope<double> none;
+  for (bool reverse : {false, true}) {
+    CAPTURE(reverse);
+    auto a = one(D(x), lengths, reverse);
+    auto b = one(D(x_ext), lengths, reverse);
+    CHECK(b.states.shape() == Shape{3, 7, h});
+    DPGRAD_CHECK_CLOSE(a.final.value(), b.final.value(), 1e-12);
+    check_states_agree(a.states.value(), b.states.value(), lengths, 1e-12);
+  }
+  auto a = both(D(x), lengths);
+  auto b = both(D(x_ext), lengths);
+  DPGRAD_CHECK_CLOSE(a.final.value(), b.final.value(), 1e-12);
+  check_states_agree(a.states.value(), b.states.value(), lengths, 1e-12);
+}
+
+/// The reverse direction equals the forward one on each sequence reversed
+/// within its length (padded positions hold other junk): the reverse state at
+/// t is the forward state at len-1-t, padded steps are 0, and the reverse final
+/// state is the state at t = 0.
+template <class One>
+void check_reverse_is_forward_reversed(const One& one, std::size_t d, std::size_t h, Rng& rng) {
+  using D = TensorT<double>;
+  using A = ArrayT<double>;
+  const std::size_t l = 5;
+  const std::vector<std::int32_t> lengths = {5, 1, 3, 4};
+  A x = randn<double>({4, l, d}, rng);
+  A x_rev = randn<double>({4, l, d}, rng);
+  for (std::size_t n = 0; n < 4; ++n) {
+    std::size_t len = std::size_t(lengths[n]);
+    for (std::size_t t = 0; t < len; ++t)
+      for (std::size_t j = 0; j < d; ++j) x_rev(n, t, j) = x(n, len - 1 - t, j);
+  }
+  NoRecordScope<double> none;
+  auto r = one(D(x), lengths, true);
+  auto f = one(D(x_rev), lengths, false);
+  DPGRAD_CHECK_CLOSE(r.final.value(), f.final.value(), 1e-12);
+  for (std::size_t n = 0; n < 4; ++n) {
+    CAPTURE(n);
+    std::size_t len = std::size_t(lengths[n]);
+    for (std::size_t t = 0; t < len; ++t)
+      for (std::size_t j = 0; j < h; ++j)
+        CHECK(r.states.value()(n, t, j) == doctest::Approx(f.states.value()(n, len - 1 - t, j)).epsilon(1e-12));
+    for (std::size_t t = len; t < l; ++t)
+      for (std::size_t j = 0; j < h; ++j) CHECK(r.states.value()(n, t, j) == 0.0);
+  }
+  DPGRAD_CHECK_CLOSE(A(xt::view(r.states.value(), xt::all(), 0, xt::all())), r.final.value(), 0.0);
+}
+
+/// A sample's outputs from the bidirectional layer depend on neither the other
+/// samples' tokens nor their lengths: sample 1 of a batch of 3 (others replaced,
+/// their lengths changed) and sample 1 run alone give the same outputs.
+template <class Both>
+void check_per_sample_independence(const Both& both, std::size_t d, Rng& rng) {
+  using D = TensorT<double>;
+  using A = ArrayT<double>;
+  using Lengths = std::vector<std::int32_t>;
+  const std::size_t l = 4;
+  A x = randn<double>({3, l, d}, rng);
+  A y = randn<double>({3, l, d}, rng);
+  xt::view(y, 1, xt::all(), xt::all()) = xt::view(x, 1, xt::all(), xt::all());
+  A alone = xt::view(x, xt::range(1, 2), xt::all(), xt::all());
+  NoRecordScope<double> none;
+  auto a = both(D(x), Lengths{4, 2, 3});
+  auto b = both(D(y), Lengths{1, 2, 4});
+  auto c = both(D(alone), Lengths{2});
+  auto row = [](const D& t) { return A(xt::view(t.value(), xt::range(1, 2))); };
+  DPGRAD_CHECK_CLOSE(row(a.final), row(b.final), 1e-12);
+  DPGRAD_CHECK_CLOSE(row(a.states), row(b.states), 1e-12);
+  DPGRAD_CHECK_CLOSE(row(a.final), c.final.value(), 1e-12);
+  DPGRAD_CHECK_CLOSE(row(a.states), c.states.value(), 1e-12);
+}
+
+/// The bidirectional output is [forward, backward] of its two directions, to
+/// the last bit: states (B, L, 2h) and final (B, 2h) are the two joined
+/// feature-wise. direction(x, lengths, reverse) runs the recurrence with the
+/// bidirectional layer's own weights for that direction. The two directions
+/// must differ (different weights, different order).
+template <class Both, class Direction>
+void check_bidirectional_joins_directions(const Both& both, const Direction& direction, std::size_t d, std::size_t h,
+                                          Rng& rng) {
+  using D = TensorT<double>;
+  using A = ArrayT<double>;
+  const std::vector<std::int32_t> lengths = {2, 4, 3};
+  A x = randn<double>({3, 4, d}, rng);
+  NoRecordScope<double> none;
+  auto out = both(D(x), lengths);
+  auto f = direction(D(x), lengths, false);
+  auto r = direction(D(x), lengths, true);
+  CHECK(out.states.shape() == Shape{3, 4, 2 * h});
+  CHECK(out.final.shape() == Shape{3, 2 * h});
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.states.value(), xt::all(), xt::all(), xt::range(0, h))), f.states.value(), 0.0);
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.states.value(), xt::all(), xt::all(), xt::range(h, 2 * h))), r.states.value(), 0.0);
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.final.value(), xt::all(), xt::range(0, h))), f.final.value(), 0.0);
+  DPGRAD_CHECK_CLOSE(A(xt::view(out.final.value(), xt::all(), xt::range(h, 2 * h))), r.final.value(), 0.0);
+  CHECK(xt::amax(xt::abs(f.final.value() - r.final.value()))() > 1e-3);
+}
+
+/// The float instantiation of a bidirectional layer (input d = 3, 2h = 8 outputs)
+/// runs on a padded batch with finite outputs, and on an empty batch (B = 0).
+/// both takes a float x: (B, 3, 3).
+template <class Both>
+void check_float_and_empty_batch(const Both& both, Rng& rng) {
+  using Lengths = std::vector<std::int32_t>;
+  ArrayT<float> x = randn<float>({2, 3, 3}, rng);
+  auto out = both(Tensor(x), Lengths{3, 1});
+  CHECK(out.states.shape() == Shape{2, 3, 8});
+  CHECK(out.final.shape() == Shape{2, 8});
+  for (float v : out.final.value()) CHECK(std::isfinite(v));
+  ArrayT<float> none = xt::zeros<float>({std::size_t(0), std::size_t(3), std::size_t(3)});
+  auto empty = both(Tensor(none), Lengths{});
+  CHECK(empty.states.shape() == Shape{0, 3, 8});
+  CHECK(empty.final.shape() == Shape{0, 8});
 }
 
 }  // namespace dpgrad::test
