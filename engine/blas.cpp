@@ -30,6 +30,20 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
               int(k), alpha, a, ta ? int(m) : int(k), b, tb ? int(k) : int(n), beta, c, int(n));
 }
 
+template <>
+void gemv<float>(bool ta, std::size_t m, std::size_t n, float alpha, const float* a, const float* x, float beta,
+                 float* y) {
+  if (m == 0 || n == 0) return scale_only(ta ? n : m, beta, y);
+  cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, int(m), int(n), alpha, a, int(n), x, 1, beta, y, 1);
+}
+
+template <>
+void gemv<double>(bool ta, std::size_t m, std::size_t n, double alpha, const double* a, const double* x, double beta,
+                  double* y) {
+  if (m == 0 || n == 0) return scale_only(ta ? n : m, beta, y);
+  cblas_dgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, int(m), int(n), alpha, a, int(n), x, 1, beta, y, 1);
+}
+
 void set_threads(int n) { openblas_set_num_threads(n); }
 int threads() { return openblas_get_num_threads(); }
 

@@ -1,5 +1,6 @@
 // Row-major GEMM on contiguous buffers, dispatched to OpenBLAS for float and
-// double: C = alpha * op(A) op(B) + beta * C, op(A) (M, K), op(B) (K, N), C (M, N).
+// double: C = alpha * op(A) op(B) + beta * C, op(A) (M, K), op(B) (K, N), C (M, N);
+// and GEMV, y = alpha * op(A) x + beta * y.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,11 @@ namespace dpgrad::blas {
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           const T* b, T beta, T* c);
+
+/// y = alpha op(A) x + beta y, A (M, N) row-major: op(A) x is (M) or, transposed, (N).
+/// (OpenBLAS runs a GEMM with M = 1 as a GEMM, several times slower than this.)
+template <class T>
+void gemv(bool trans_a, std::size_t m, std::size_t n, T alpha, const T* a, const T* x, T beta, T* y);
 
 /// Sets OpenBLAS's thread count (1 inside per-example parallel loops).
 void set_threads(int n);

@@ -57,16 +57,129 @@ std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::siz
   return out;
 }
 
+/// <x, y> with 16 partial sums, which the compiler keeps in vector registers (one
+/// running sum is a chain of dependent adds: 4x slower on 16k floats).
+template <class T>
+T dot(const T* x, const T* y, std::size_t n) {
+  constexpr std::size_t K = 16;
+  T part[K] = {};
+  std::size_t i = 0;
+  for (; i + K <= n; i += K)
+    for (std::size_t k = 0; k < K; ++k) part[k] += x[i + k] * y[i + k];
+  T s = 0;
+  for (; i < n; ++i) s += x[i] * y[i];
+  for (std::size_t k = 0; k < K; ++k) s += part[k];
+  return s;
+}
+
 template <class T>
 T sq_norm(const T* x, std::size_t n) {
-  T s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += x[i] * x[i];
-  return s;
+  return dot(x, x, n);
+}
+
+template <class T>
+void axpy(std::size_t n, T alpha, const T* x, T* y) {  // y += alpha x
+  for (std::size_t j = 0; j < n; ++j) y[j] += alpha * x[j];
 }
 
 template <class T>
 UseKind kind_of(const ParamUses<T>& g) {
   return g.uses.front()->kind;
+}
+
+/// One sample's activations A_i (S, d) and cotangents D_i (S, p) of a matmul
+/// parameter, all its uses stacked along time (S = the uses' steps together), so
+/// that G_i = A_i^T D_i is one GEMM however many steps share the weight (an LSTM's
+/// w_hh: 149 uses of one step each). One use is read in place; several are copied.
+template <class T>
+class StackedSample {
+ public:
+  StackedSample(const std::vector<UseView<T>>& vs, std::size_t d, std::size_t p) : vs_(vs), d_(d), p_(p) {
+    for (const auto& v : vs) steps_ += v.steps;
+    if (vs.size() > 1) {
+      a_buf_.resize(steps_ * d);
+      delta_buf_.resize(steps_ * p);
+    }
+  }
+  std::size_t steps() const { return steps_; }
+  void load(std::size_t i) {
+    if (vs_.size() == 1) {
+      a_ = vs_[0].a + i * steps_ * d_;
+      delta_ = vs_[0].delta + i * steps_ * p_;
+      return;
+    }
+    std::size_t off = 0;
+    for (const auto& v : vs_) {
+      std::copy_n(v.a + i * v.steps * d_, v.steps * d_, a_buf_.data() + off * d_);
+      std::copy_n(v.delta + i * v.steps * p_, v.steps * p_, delta_buf_.data() + off * p_);
+      off += v.steps;
+    }
+    a_ = a_buf_.data();
+    delta_ = delta_buf_.data();
+  }
+  const T* a() const { return a_; }          // (S, d)
+  const T* delta() const { return delta_; }  // (S, p)
+  /// g = A_i^T D_i: (d, p), overwritten.
+  void gradient(T* g) const { blas::gemm<T>(true, false, d_, p_, steps_, T(1), a_, delta_, T(0), g); }
+
+ private:
+  const std::vector<UseView<T>>& vs_;
+  std::size_t d_, p_, steps_ = 0;
+  std::vector<T> a_buf_, delta_buf_;
+  const T* a_ = nullptr;
+  const T* delta_ = nullptr;
+};
+
+/// One sample's gradient of a table used by gather: the rows its ids touch, each
+/// the sum of the cotangents at the positions that hold that id (in order of first
+/// occurrence; padding, id -1, has none). No sort: a slot per table row.
+template <class T>
+class SampleRows {
+ public:
+  SampleRows(const std::vector<UseView<T>>& vs, std::size_t vocab, std::size_t p)
+      : vs_(vs), p_(p), slot_(vocab, -1) {
+    std::size_t steps = 0;
+    for (const auto& v : vs) steps += v.steps;
+    ids_.reserve(steps);
+    rows_.reserve(steps * p);
+  }
+  void load(std::size_t i) {
+    for (std::int32_t id : ids_) slot_[std::size_t(id)] = -1;
+    ids_.clear();
+    rows_.clear();
+    for (const auto& v : vs_)
+      for (std::size_t t = 0; t < v.steps; ++t) {
+        std::int32_t id = v.ids[i * v.steps + t];
+        if (id < 0) continue;
+        const T* src = v.delta + (i * v.steps + t) * p_;
+        std::int32_t& s = slot_[std::size_t(id)];
+        if (s < 0) {
+          s = std::int32_t(ids_.size());
+          ids_.push_back(id);
+          rows_.insert(rows_.end(), src, src + p_);
+        } else {
+          axpy(p_, T(1), src, rows_.data() + std::size_t(s) * p_);
+        }
+      }
+  }
+  std::size_t count() const { return ids_.size(); }
+  const std::vector<std::int32_t>& ids() const { return ids_; }
+  const T* rows() const { return rows_.data(); }  // (count, p)
+
+ private:
+  const std::vector<UseView<T>>& vs_;
+  std::size_t p_;
+  std::vector<std::int32_t> slot_;  // (V): row of each table row in rows_, or -1
+  std::vector<std::int32_t> ids_;
+  std::vector<T> rows_;
+};
+
+/// sum_t delta_t of sample i (its bias gradient) into acc: (p).
+template <class T>
+void bias_gradient(const std::vector<UseView<T>>& vs, std::size_t i, std::size_t p, T* acc) {
+  std::fill_n(acc, p, T(0));
+  for (const auto& v : vs)
+    for (std::size_t t = 0; t < v.steps; ++t) axpy(p, T(1), v.delta + (i * v.steps + t) * p, acc);
 }
 
 /// ||sum_t delta_t||^2 per sample (bias).
@@ -75,41 +188,20 @@ ArrayT<T> bias_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
   std::vector<T> acc(p);
   for (std::size_t i = 0; i < batch; ++i) {
-    std::fill(acc.begin(), acc.end(), T(0));
-    for (const auto& v : vs)
-      for (std::size_t t = 0; t < v.steps; ++t) {
-        const T* row = v.delta + (i * v.steps + t) * p;
-        for (std::size_t j = 0; j < p; ++j) acc[j] += row[j];
-      }
-    r(i) = sq_norm(acc.data(), p);
+    bias_gradient(vs, i, p, acc.data());
+    r.data()[i] = sq_norm(acc.data(), p);
   }
   return r;
 }
 
-/// ||G_i||^2 for an embedding: sum over positions with equal ids of delta_t . delta_s.
+/// ||G_i||^2 for a table: sum over its distinct ids of ||sum of their delta_t||^2.
 template <class T>
-ArrayT<T> gather_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t p) {
+ArrayT<T> gather_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t vocab, std::size_t p) {
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  std::vector<std::pair<std::int32_t, const T*>> rows;
-  std::vector<T> acc(p);
+  SampleRows<T> rows(vs, vocab, p);
   for (std::size_t i = 0; i < batch; ++i) {
-    rows.clear();
-    for (const auto& v : vs)
-      for (std::size_t t = 0; t < v.steps; ++t) {
-        std::int32_t id = v.ids[i * v.steps + t];
-        if (id >= 0) rows.emplace_back(id, v.delta + (i * v.steps + t) * p);
-      }
-    std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    T total = 0;
-    for (std::size_t s = 0; s < rows.size();) {
-      std::fill(acc.begin(), acc.end(), T(0));
-      std::size_t e = s;
-      for (; e < rows.size() && rows[e].first == rows[s].first; ++e)
-        for (std::size_t j = 0; j < p; ++j) acc[j] += rows[e].second[j];
-      total += sq_norm(acc.data(), p);
-      s = e;
-    }
-    r(i) = total;
+    rows.load(i);
+    r.data()[i] = sq_norm(rows.rows(), rows.count() * p);
   }
   return r;
 }
@@ -119,76 +211,36 @@ ArrayT<T> gather_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std
 template <class T>
 ArrayT<T> matmul_ghost_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p) {
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  std::size_t total = 0;
-  for (const auto& v : vs) total += v.steps;
-  if (vs.size() == 1 && total == 1) {  // one step: ||a_i||^2 ||delta_i||^2
-    for (std::size_t i = 0; i < batch; ++i) r(i) = sq_norm(vs[0].a + i * d, d) * sq_norm(vs[0].delta + i * p, p);
+  StackedSample<T> s(vs, d, p);
+  const std::size_t n = s.steps();
+  if (vs.size() == 1 && n == 1) {  // one step: ||a_i||^2 ||delta_i||^2
+    for (std::size_t i = 0; i < batch; ++i)
+      r.data()[i] = sq_norm(vs[0].a + i * d, d) * sq_norm(vs[0].delta + i * p, p);
     return r;
   }
-  std::vector<T> a_buf, d_buf, ga(total * total), gd(total * total);
-  if (vs.size() > 1) {
-    a_buf.resize(total * d);
-    d_buf.resize(total * p);
-  }
+  std::vector<T> ga(n * n), gd(n * n);
   for (std::size_t i = 0; i < batch; ++i) {
-    const T *ai, *di;
-    if (vs.size() == 1) {
-      ai = vs[0].a + i * total * d;
-      di = vs[0].delta + i * total * p;
-    } else {
-      std::size_t off = 0;
-      for (const auto& v : vs) {
-        std::copy_n(v.a + i * v.steps * d, v.steps * d, a_buf.data() + off * d);
-        std::copy_n(v.delta + i * v.steps * p, v.steps * p, d_buf.data() + off * p);
-        off += v.steps;
-      }
-      ai = a_buf.data();
-      di = d_buf.data();
-    }
-    blas::gemm<T>(false, true, total, total, d, T(1), ai, ai, T(0), ga.data());
-    blas::gemm<T>(false, true, total, total, p, T(1), di, di, T(0), gd.data());
-    T s = 0;
-    for (std::size_t k = 0; k < total * total; ++k) s += ga[k] * gd[k];
-    r(i) = s;
+    s.load(i);
+    blas::gemm<T>(false, true, n, n, d, T(1), s.a(), s.a(), T(0), ga.data());
+    blas::gemm<T>(false, true, n, n, p, T(1), s.delta(), s.delta(), T(0), gd.data());
+    r.data()[i] = dot(ga.data(), gd.data(), n * n);
   }
   return r;
 }
 
+/// ||A_i^T D_i||^2 per sample, G_i built one sample at a time.
 template <class T>
-ArrayT<T> materialise(const ParamUses<T>& g, std::size_t batch) {
-  std::size_t d = 0, p = 0;
-  auto vs = views(g, batch, d, p);
-  Shape s{batch};
-  const auto& ps = g.param->value.shape();
-  s.insert(s.end(), ps.begin(), ps.end());
-  // matmul: the first use writes with beta = 0, so the buffer needs no zeroing
-  ArrayT<T> out = ArrayT<T>::from_shape(s);
-  if (kind_of(g) != UseKind::matmul) out.fill(T(0));
-  std::size_t block = g.param->value.size();
-  for (std::size_t u = 0; u < vs.size(); ++u) {
-    const auto& v = vs[u];
-    for (std::size_t i = 0; i < batch; ++i) {
-      T* gi = out.data() + i * block;
-      const T* delta = v.delta + i * v.steps * p;
-      switch (kind_of(g)) {
-        case UseKind::matmul:
-          blas::gemm<T>(true, false, d, p, v.steps, T(1), v.a + i * v.steps * d, delta, u == 0 ? T(0) : T(1), gi);
-          break;
-        case UseKind::bias:
-          for (std::size_t t = 0; t < v.steps; ++t)
-            for (std::size_t j = 0; j < p; ++j) gi[j] += delta[t * p + j];
-          break;
-        case UseKind::gather:
-          for (std::size_t t = 0; t < v.steps; ++t) {
-            std::int32_t id = v.ids[i * v.steps + t];
-            if (id < 0) continue;
-            for (std::size_t j = 0; j < p; ++j) gi[std::size_t(id) * p + j] += delta[t * p + j];
-          }
-          break;
-      }
-    }
+ArrayT<T> matmul_materialised_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d,
+                                    std::size_t p) {
+  ArrayT<T> r = ArrayT<T>::from_shape({batch});
+  StackedSample<T> s(vs, d, p);
+  std::vector<T> gi(d * p);
+  for (std::size_t i = 0; i < batch; ++i) {
+    s.load(i);
+    s.gradient(gi.data());
+    r.data()[i] = sq_norm(gi.data(), d * p);
   }
-  return out;
+  return r;
 }
 
 template <class T>
@@ -201,6 +253,50 @@ void check_kinds(const ParamUses<T>& g) {
 }
 
 }  // namespace
+
+template <class T>
+ArrayT<T> PerSampleGradients<T>::norms_squared() const {
+  ArrayT<T> r = ArrayT<T>::from_shape({batch});
+  if (sparse) {
+    const std::size_t p = param_shape.back();
+    for (std::size_t i = 0; i < batch; ++i)
+      r.data()[i] = sq_norm(rows.data() + offsets[i] * p, (offsets[i + 1] - offsets[i]) * p);
+  } else {
+    const std::size_t n = numel(param_shape);
+    for (std::size_t i = 0; i < batch; ++i) r.data()[i] = sq_norm(dense.data() + i * n, n);
+  }
+  return r;
+}
+
+template <class T>
+ArrayT<T> PerSampleGradients<T>::weighted_sum(const ArrayT<T>& c) const {
+  if (c.size() != batch)
+    throw std::invalid_argument("weighted_sum: " + std::to_string(c.size()) + " weights for " +
+                                std::to_string(batch) + " per-sample gradients");
+  ArrayT<T> out = xt::zeros<T>(param_shape);
+  if (sparse) {  // a scatter-add of c_i times sample i's rows
+    const std::size_t p = param_shape.back();
+    for (std::size_t i = 0; i < batch; ++i)
+      for (std::size_t r = offsets[i]; r < offsets[i + 1]; ++r)
+        axpy(p, c.data()[i], rows.data() + r * p, out.data() + std::size_t(row_ids[r]) * p);
+  } else {  // G^T c, G (B, n)
+    blas::gemv<T>(true, batch, out.size(), T(1), dense.data(), c.data(), T(0), out.data());
+  }
+  return out;
+}
+
+template <class T>
+ArrayT<T> PerSampleGradients<T>::to_dense() const {
+  if (!sparse) return dense;
+  Shape s{batch};
+  s.insert(s.end(), param_shape.begin(), param_shape.end());
+  ArrayT<T> out = xt::zeros<T>(s);
+  const std::size_t n = numel(param_shape), p = param_shape.back();
+  for (std::size_t i = 0; i < batch; ++i)
+    for (std::size_t r = offsets[i]; r < offsets[i + 1]; ++r)
+      std::copy_n(rows.data() + r * p, p, out.data() + i * n + std::size_t(row_ids[r]) * p);
+  return out;
+}
 
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& g) {
@@ -221,33 +317,59 @@ ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, Nor
   std::size_t d = 0, p = 0;
   auto vs = views(g, batch, d, p);
   if (method == NormMethod::automatic) method = cheaper_norm_method(g);
-  if (method == NormMethod::materialise && kind_of(g) == UseKind::matmul) {
-    ArrayT<T> r = ArrayT<T>::from_shape({batch});
-    std::size_t block = d * p;
-    std::vector<T> gi(block);
-    for (std::size_t i = 0; i < batch; ++i) {
-      T beta = T(0);
-      for (const auto& v : vs) {
-        blas::gemm<T>(true, false, d, p, v.steps, T(1), v.a + i * v.steps * d, v.delta + i * v.steps * p, beta,
-                      gi.data());
-        beta = T(1);
-      }
-      r(i) = sq_norm(gi.data(), block);
-    }
-    return r;
-  }
   switch (kind_of(g)) {
-    case UseKind::matmul: return matmul_ghost_norms(vs, batch, d, p);
+    case UseKind::matmul:
+      return method == NormMethod::materialise ? matmul_materialised_norms(vs, batch, d, p)
+                                               : matmul_ghost_norms(vs, batch, d, p);
     case UseKind::bias: return bias_norms(vs, batch, p);
-    case UseKind::gather: return gather_norms(vs, batch, p);
+    case UseKind::gather: return gather_norms(vs, batch, d, p);
   }
   return {};
 }
 
 template <class T>
-ArrayT<T> per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
+PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
   check_kinds(g);
-  return materialise(g, batch);
+  std::size_t d = 0, p = 0;
+  auto vs = views(g, batch, d, p);
+  PerSampleGradients<T> r;
+  r.param_shape = shape_of(g.param->value);
+  r.batch = batch;
+  if (kind_of(g) == UseKind::gather) {
+    r.sparse = true;
+    r.offsets.assign(1, 0);
+    std::size_t positions = 0;  // an upper bound on the rows kept
+    for (const auto& v : vs) positions += batch * v.steps;
+    r.row_ids.reserve(positions);
+    r.rows.reserve(positions * p);
+    SampleRows<T> rows(vs, d, p);
+    for (std::size_t i = 0; i < batch; ++i) {
+      rows.load(i);
+      r.row_ids.insert(r.row_ids.end(), rows.ids().begin(), rows.ids().end());
+      r.rows.insert(r.rows.end(), rows.rows(), rows.rows() + rows.count() * p);
+      r.offsets.push_back(r.row_ids.size());
+    }
+    return r;
+  }
+  Shape s{batch};
+  s.insert(s.end(), r.param_shape.begin(), r.param_shape.end());
+  r.dense = ArrayT<T>::from_shape(s);  // every G_i is overwritten whole
+  const std::size_t block = numel(r.param_shape);
+  if (kind_of(g) == UseKind::bias) {
+    for (std::size_t i = 0; i < batch; ++i) bias_gradient(vs, i, p, r.dense.data() + i * block);
+  } else {
+    StackedSample<T> st(vs, d, p);
+    for (std::size_t i = 0; i < batch; ++i) {
+      st.load(i);
+      st.gradient(r.dense.data() + i * block);
+    }
+  }
+  return r;
+}
+
+template <class T>
+ArrayT<T> per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
+  return materialise_per_sample_gradients(g, batch).to_dense();
 }
 
 template <class T>
@@ -256,43 +378,57 @@ ArrayT<T> weighted_gradient_sum(const ParamUses<T>& g, const ArrayT<T>& c) {
   std::size_t batch = c.size(), d = 0, p = 0;
   auto vs = views(g, batch, d, p);
   ArrayT<T> out = xt::zeros<T>(g.param->value.shape());
-  std::vector<T> scaled;
-  for (const auto& v : vs) {
-    std::size_t rows = batch * v.steps;
-    switch (kind_of(g)) {
-      case UseKind::matmul: {
-        // sum_i c_i a_i^T delta_i = a^T (c-scaled delta): one GEMM over all rows
-        scaled.resize(rows * p);
-        for (std::size_t i = 0; i < batch; ++i)
-          for (std::size_t k = 0; k < v.steps * p; ++k)
-            scaled[i * v.steps * p + k] = c(i) * v.delta[i * v.steps * p + k];
-        blas::gemm<T>(true, false, d, p, rows, T(1), v.a, scaled.data(), T(1), out.data());
-        break;
+  const T* ci = c.data();
+  switch (kind_of(g)) {
+    case UseKind::matmul: {
+      // sum_i c_i a_i^T delta_i = a^T (c-scaled delta) = (c-scaled a)^T delta: one
+      // GEMM over all rows of a use, scaling whichever of a and delta is narrower
+      const bool scale_a = d <= p;
+      const std::size_t w = scale_a ? d : p;
+      std::vector<T> scaled;
+      for (const auto& v : vs) {
+        const std::size_t rows = batch * v.steps, block = v.steps * w;
+        scaled.resize(rows * w);
+        const T* src = scale_a ? v.a : v.delta;
+        for (std::size_t i = 0; i < batch; ++i) {
+          const T* x = src + i * block;
+          T* y = scaled.data() + i * block;
+          for (std::size_t k = 0; k < block; ++k) y[k] = ci[i] * x[k];
+        }
+        blas::gemm<T>(true, false, d, p, rows, T(1), scale_a ? scaled.data() : v.a,
+                      scale_a ? v.delta : scaled.data(), T(1), out.data());
       }
-      case UseKind::bias:
-        for (std::size_t i = 0; i < batch; ++i)
-          for (std::size_t t = 0; t < v.steps; ++t)
-            for (std::size_t j = 0; j < p; ++j) out.data()[j] += c(i) * v.delta[(i * v.steps + t) * p + j];
-        break;
-      case UseKind::gather:
+      break;
+    }
+    case UseKind::bias: {
+      std::vector<T> acc(p);
+      for (std::size_t i = 0; i < batch; ++i) {
+        bias_gradient(vs, i, p, acc.data());
+        axpy(p, ci[i], acc.data(), out.data());
+      }
+      break;
+    }
+    case UseKind::gather:
+      for (const auto& v : vs)
         for (std::size_t i = 0; i < batch; ++i)
           for (std::size_t t = 0; t < v.steps; ++t) {
             std::int32_t id = v.ids[i * v.steps + t];
             if (id < 0) continue;
-            T* row = out.data() + std::size_t(id) * p;
-            const T* src = v.delta + (i * v.steps + t) * p;
-            for (std::size_t j = 0; j < p; ++j) row[j] += c(i) * src[j];
+            axpy(p, ci[i], v.delta + (i * v.steps + t) * p, out.data() + std::size_t(id) * p);
           }
-        break;
-    }
+      break;
   }
   return out;
 }
 
-#define DPGRAD_INSTANTIATE(T)                                                                 \
-  template ArrayT<T> per_sample_norms_squared(const ParamUses<T>&, std::size_t, NormMethod); \
-  template ArrayT<T> per_sample_gradients(const ParamUses<T>&, std::size_t);                 \
-  template ArrayT<T> weighted_gradient_sum(const ParamUses<T>&, const ArrayT<T>&);           \
+template struct PerSampleGradients<float>;
+template struct PerSampleGradients<double>;
+
+#define DPGRAD_INSTANTIATE(T)                                                                    \
+  template ArrayT<T> per_sample_norms_squared(const ParamUses<T>&, std::size_t, NormMethod);    \
+  template PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>&, std::size_t); \
+  template ArrayT<T> per_sample_gradients(const ParamUses<T>&, std::size_t);                    \
+  template ArrayT<T> weighted_gradient_sum(const ParamUses<T>&, const ArrayT<T>&);              \
   template NormMethod cheaper_norm_method(const ParamUses<T>&);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)

@@ -6,6 +6,7 @@
 // positions has one per-sample gradient.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "engine/tape.hpp"
@@ -18,10 +19,34 @@ enum class NormMethod {
   materialise,  // build G_i, take its norm
 };
 
+/// The per-sample gradients G_i of one parameter, as the vanilla strategy keeps
+/// them: dense for matmul and bias uses; for a gather only the rows sample i's
+/// ids touch (dense, G would be B copies of the table, nearly all zero).
+template <class T>
+struct PerSampleGradients {
+  Shape param_shape;
+  std::size_t batch = 0;
+  bool sparse = false;
+  ArrayT<T> dense;                    // (B, ...param_shape) unless sparse
+  std::vector<std::size_t> offsets;   // sparse, (B + 1): sample i holds rows [offsets[i], offsets[i + 1])
+  std::vector<std::int32_t> row_ids;  // sparse, (R): the table row of each stored row
+  std::vector<T> rows;                // sparse, (R, p): G_i restricted to its rows
+
+  /// ||G_i||^2: (B).
+  ArrayT<T> norms_squared() const;
+  /// sum_i c_i G_i, c: (B); parameter shape.
+  ArrayT<T> weighted_sum(const ArrayT<T>& c) const;
+  /// (B, ...param_shape).
+  ArrayT<T> to_dense() const;
+};
+
 /// ||G_i||^2 for one parameter: (B).
 template <class T>
 ArrayT<T> per_sample_norms_squared(const ParamUses<T>& group, std::size_t batch,
                                    NormMethod method = NormMethod::automatic);
+/// G_i for one parameter, kept as compactly as its kind of use allows.
+template <class T>
+PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& group, std::size_t batch);
 /// G_i for one parameter: (B, ...parameter shape).
 template <class T>
 ArrayT<T> per_sample_gradients(const ParamUses<T>& group, std::size_t batch);
@@ -32,5 +57,8 @@ ArrayT<T> weighted_gradient_sum(const ParamUses<T>& group, const ArrayT<T>& c);
 /// The method `automatic` picks for this parameter (for benchmarks and tests).
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& group);
+
+extern template struct PerSampleGradients<float>;
+extern template struct PerSampleGradients<double>;
 
 }  // namespace dpgrad

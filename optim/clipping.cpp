@@ -187,25 +187,17 @@ class VanillaStrategy final : public RuleStrategy<T> {
  private:
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
                       std::size_t b, double clip_norm, ClipResult<T>& res) override {
-    std::vector<ArrayT<T>> per_sample(ps.size());  // (B, ...param shape)
+    std::vector<PerSampleGradients<T>> per_sample(ps.size());
     ArrayT<T> norms_sq = xt::zeros<T>({b});
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (!groups[j]) continue;
-      per_sample[j] = per_sample_gradients(*groups[j], b);
-      std::size_t n = ps[j].size();
-      const T* g = per_sample[j].data();
-      for (std::size_t i = 0; i < b; ++i) {
-        T s = 0;
-        for (std::size_t k = 0; k < n; ++k) s += g[i * n + k] * g[i * n + k];
-        norms_sq(i) += s;
-      }
+      per_sample[j] = materialise_per_sample_gradients(*groups[j], b);
+      norms_sq += per_sample[j].norms_squared();
     }
     ArrayT<T> c = factors(norms_sq, clip_norm, res);
     for (std::size_t j = 0; j < ps.size(); ++j) {
-      ArrayT<T> s = xt::zeros<T>(ps[j].value().shape());
-      if (groups[j])  // (1, B) x (B, n): c^T G
-        blas::gemm<T>(false, false, 1, ps[j].size(), b, T(1), c.data(), per_sample[j].data(), T(0), s.data());
-      res.sum.push_back(std::move(s));
+      res.sum.push_back(groups[j] ? per_sample[j].weighted_sum(c) : ArrayT<T>(xt::zeros<T>(ps[j].value().shape())));
+      per_sample[j] = PerSampleGradients<T>();
     }
   }
 };

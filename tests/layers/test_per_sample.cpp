@@ -1,6 +1,7 @@
 // Per-sample rules on whole models, in double precision, against a per-example
-// loop: materialised per-sample gradients, ghost norms (and the materialised
-// route to the same norms), and the book-keeping weighted sum.
+// loop: materialised per-sample gradients (dense, and as vanilla keeps them),
+// ghost norms (and the materialised route to the same norms), and the
+// book-keeping weighted sum.
 #include <cmath>
 #include <unordered_map>
 
@@ -74,6 +75,8 @@ void check_model(ModelT<double>& model, const BatchT<double>& batch) {
     A per = per_sample_gradients(g, b);
     A ghost = per_sample_norms_squared(g, b, NormMethod::ghost);
     A mat = per_sample_norms_squared(g, b, NormMethod::materialise);
+    PerSampleGradients<double> kept = materialise_per_sample_gradients(g, b);  // sparse for the embedding
+    A kept_norms = kept.norms_squared();
     A expected_sum = xt::zeros<double>(ps[j].value().shape());
     for (std::size_t i = 0; i < b; ++i) {
       CAPTURE(i);
@@ -82,11 +85,15 @@ void check_model(ModelT<double>& model, const BatchT<double>& batch) {
       double n2 = xt::sum(loop[i][j] * loop[i][j])();
       CHECK(ghost(i) == doctest::Approx(n2).epsilon(1e-9));
       CHECK(mat(i) == doctest::Approx(n2).epsilon(1e-9));
+      CHECK(kept_norms(i) == doctest::Approx(n2).epsilon(1e-9));
       expected_sum += c(i) * loop[i][j];
     }
     std::string diff = test::mismatch(weighted_gradient_sum(g, c), expected_sum, 1e-9, 1e-12);
     INFO(diff);
     CHECK(diff.empty());
+    std::string kept_diff = test::mismatch(kept.weighted_sum(c), expected_sum, 1e-9, 1e-12);
+    INFO(kept_diff);
+    CHECK(kept_diff.empty());
   }
 }
 
