@@ -47,14 +47,14 @@ Pad2d resolve_padding(const Padding& padding, std::size_t h, std::size_t w, std:
 std::size_t window_output_size(std::size_t in, std::size_t kernel, std::size_t stride, std::size_t before = 0,
                                std::size_t after = 0);
 
-/// Patches of x (B, H, W, C) -> (B, Ho*Wo, kh*kw*C), zero-padded by `pad`; a patch
+/// Patches of x (B, H, W, C) -> (B, Ho, Wo, kh*kw*C), zero-padded by `pad`; a patch
 /// row is ordered (i, j, c) over the window, matching weights (kh*kw*C, Cout).
 /// Linear in x: vjp = col2im (scatter-add of patches), jvp = im2col of the tangents.
 template <class T>
 TensorT<T> im2col(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
                   std::size_t stride_w, Pad2d pad = {});
 
-/// Composite (no rules of its own): reshape(linear(im2col(x), w, b)) ->
+/// Composite (no rules of its own): linear(im2col(x), w, b) ->
 /// (B, Ho, Wo, Cout) for x (B, H, W, C), w (kh*kw*C, Cout), b (Cout) or undefined.
 template <class T>
 TensorT<T> conv2d(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b, std::size_t kernel_h,

@@ -1,7 +1,15 @@
-// Process-wide settings: see runtime.hpp.
+// Process-wide settings (see runtime.hpp) and the per-op profile.
 #include "engine/runtime.hpp"
 
 #include <malloc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace dpgrad {
 
@@ -18,4 +26,79 @@ bool keep_freed_memory() {
 #endif
 }
 
+namespace profile {
+namespace {
+
+struct Totals {
+  long long ns = 0;
+  long long calls = 0;
+};
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::forward: return "forward";
+    case Phase::jvp: return "jvp";
+    case Phase::vjp: return "vjp";
+  }
+  return "?";
+}
+
+struct Table {
+  std::mutex mutex;
+  std::map<std::pair<std::string, Phase>, Totals> rows;
+  ~Table() {
+    const std::string r = report_locked();
+    if (!r.empty()) std::fputs(r.c_str(), stderr);
+  }
+  std::string report_locked() {
+    if (rows.empty()) return {};
+    std::vector<std::pair<std::pair<std::string, Phase>, Totals>> v(rows.begin(), rows.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+    long long total = 0;
+    for (const auto& r : v) total += r.second.ns;
+    std::string out = "dpgrad profile (DPGRAD_PROFILE): time inside op rules\n";
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-16s %-8s %10s %12s %7s\n", "op", "phase", "calls", "total ms", "share");
+    out += line;
+    for (const auto& [key, t] : v) {
+      std::snprintf(line, sizeof line, "  %-16s %-8s %10lld %12.2f %6.1f%%\n", key.first.c_str(),
+                    phase_name(key.second), t.calls, double(t.ns) / 1e6, total ? 100.0 * double(t.ns) / double(total) : 0.0);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, "  %-16s %-8s %10s %12.2f\n", "all", "", "", double(total) / 1e6);
+    out += line;
+    return out;
+  }
+};
+
+Table& table() {
+  static Table t;
+  return t;
+}
+
+}  // namespace
+
+bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DPGRAD_PROFILE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+void add(const char* op, Phase phase, long long ns) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  Totals& r = t.rows[{op, phase}];
+  r.ns += ns;
+  ++r.calls;
+}
+
+std::string report() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return t.report_locked();
+}
+
+}  // namespace profile
 }  // namespace dpgrad

@@ -1,6 +1,8 @@
 // Process-wide settings for training speed.
 #pragma once
 
+#include <string>
+
 namespace dpgrad {
 
 /// Keeps memory freed by the engine in the process for the next step instead of
@@ -15,3 +17,22 @@ namespace dpgrad {
 bool keep_freed_memory();
 
 }  // namespace dpgrad
+
+namespace dpgrad::profile {
+
+/// Per-op timing: set DPGRAD_PROFILE=1 in the environment and every op's
+/// forward, jvp and vjp are timed; a table (op, phase, calls, total ms, share)
+/// goes to standard error when the process exits. Off, the cost is one branch
+/// per op application.
+bool enabled();
+
+/// Phases of an op application.
+enum class Phase { forward, jvp, vjp };
+
+/// Adds `ns` nanoseconds to (op, phase). Only called when enabled().
+void add(const char* op, Phase phase, long long ns);
+
+/// The table so far (empty when nothing was timed).
+std::string report();
+
+}  // namespace dpgrad::profile

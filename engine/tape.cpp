@@ -2,8 +2,11 @@
 // primal, jvp and recording are sequenced.
 #include "engine/tape.hpp"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
+
+#include "engine/runtime.hpp"
 
 namespace dpgrad {
 
@@ -12,6 +15,22 @@ template <class T>
 TapeT<T>*& active_tape_slot() {
   thread_local TapeT<T>* tape = nullptr;
   return tape;
+}
+
+/// Runs f(), and when profiling is on adds its time to (op, phase).
+template <class F>
+decltype(auto) timed(const char* op, profile::Phase phase, F&& f) {
+  if (!profile::enabled()) return f();
+  struct Stop {
+    const char* op;
+    profile::Phase phase;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Stop() {
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      profile::add(op, phase, ns.count());
+    }
+  } stop{op, phase};
+  return f();
 }
 
 }  // namespace
@@ -92,7 +111,8 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
       values.push_back(&in->value);
       slots.emplace_back(in->requires_grad ? in.get() : nullptr);
     }
-    e.op->vjp(o->grad, Values<T>(values), o->value, Slots<T>(slots));
+    timed(e.op->name(), profile::Phase::vjp,
+          [&] { e.op->vjp(o->grad, Values<T>(values), o->value, Slots<T>(slots)); });
     if (!retain_grads_ && o != root) {
       o->grad = ArrayT<T>();
       o->has_grad = false;
@@ -127,11 +147,12 @@ TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs) 
     }
   }
   auto node = std::make_shared<Node<T>>();
-  node->value = op->forward(Values<T>(values));
+  node->value = timed(op->name(), profile::Phase::forward, [&] { return op->forward(Values<T>(values)); });
   if (k > 0) {
     std::vector<const ArrayT<T>*> dots;
     for (const auto& t : inputs) dots.push_back(t.has_tangent() ? &t.node()->tangent : nullptr);
-    node->tangent = op->jvp(Values<T>(values), Tangents<T>(dots), node->value, k);
+    node->tangent =
+        timed(op->name(), profile::Phase::jvp, [&] { return op->jvp(Values<T>(values), Tangents<T>(dots), node->value, k); });
     node->has_tangent = true;
   }
   TapeT<T>* tape = active_tape<T>();

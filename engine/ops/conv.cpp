@@ -102,12 +102,18 @@ void for_each_window_row(const ConvGeom& g, std::size_t images, F&& f) {
   }
 }
 
-/// cols (images, Ho*Wo, kh*kw*C) = patches of x (images, H, W, C).
+/// cols (images, Ho, Wo, kh*kw*C) = patches of x (images, H, W, C).
 template <class T>
 void im2col_kernel(const T* x, std::size_t images, const ConvGeom& g, T* cols) {
   const std::size_t row = g.kw * g.c, c = g.c;
+  const std::size_t kw = g.kw;
   for_each_window_row(g, images, [&](std::size_t from, std::size_t to, std::size_t j0, std::size_t j1) {
-    T* d = cols + to;
+    T* __restrict d = cols + to;
+    if (j0 == 0 && j1 == kw) {  // the common case: the whole window row is inside the image
+      const T* __restrict s = x + from;
+      for (std::size_t l = 0; l < row; ++l) d[l] = s[l];
+      return;
+    }
     std::fill(d, d + j0 * c, T(0));
     std::copy_n(x + from, (j1 - j0) * c, d + j0 * c);
     std::fill(d + j1 * c, d + row, T(0));
@@ -134,7 +140,7 @@ struct Im2colOp final : Op<T> {
 
   ArrayT<T> forward(Values<T> x) override {
     g = conv_geometry(shape_of(*x[0]), kh, kw, sh, sw, pad, "im2col");
-    ArrayT<T> out = ArrayT<T>::from_shape({g.b, g.ho * g.wo, g.patch()});
+    ArrayT<T> out = ArrayT<T>::from_shape({g.b, g.ho, g.wo, g.patch()});
     im2col_kernel(x[0]->data(), g.b, g, out.data());
     return out;
   }
@@ -177,8 +183,7 @@ TensorT<T> conv2d(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b,
   if (ws.size() != 2 || ws[0] != g.patch())
     throw std::invalid_argument("conv2d: weight " + shape_str(ws) + " must be (kh*kw*C, Cout) with kh*kw*C = " +
                                 std::to_string(g.patch()) + " for x " + shape_str(x.shape()));
-  TensorT<T> y = linear(im2col(x, kernel_h, kernel_w, stride_h, stride_w, pad), w, b);  // (B, Ho*Wo, Cout)
-  return reshape(y, {g.b, g.ho, g.wo, ws[1]});
+  return linear(im2col(x, kernel_h, kernel_w, stride_h, stride_w, pad), w, b);  // (B, Ho, Wo, Cout)
 }
 
 #define DPGRAD_INSTANTIATE(T)                                                                                 \

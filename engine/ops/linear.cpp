@@ -1,6 +1,8 @@
 // linear: y = x W + b on BLAS GEMMs, the parametric op behind dense layers,
 // convolutions (after im2col) and recurrent cells. Besides its rules it records
 // each use of W and b for the per-sample rules (engine/tape.hpp).
+#include <algorithm>
+
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
@@ -33,9 +35,10 @@ struct LinearOp final : Op<T> {
     Shape os = shape_of(a);
     os.back() = p;
     ArrayT<T> out = ArrayT<T>::from_shape(os);
-    if (has_bias) {
-      auto rows = xt::reshape_view(out, Shape{m, p});
-      rows = xt::broadcast(*x[2], Shape{m, p});
+    if (has_bias) {  // every row starts as b; the GEMM adds x W (beta 1)
+      const T* bp = x[2]->data();
+      T* o = out.data();
+      for (std::size_t i = 0; i < m; ++i, o += p) std::copy_n(bp, p, o);
     }
     blas::gemm<T>(false, false, m, p, d, T(1), a.data(), w.data(), has_bias ? T(1) : T(0), out.data());
     return out;
@@ -51,8 +54,14 @@ struct LinearOp final : Op<T> {
       ArrayT<T>& g = dx[1].buffer(fresh);
       blas::gemm<T>(true, false, d, p, m, T(1), x[0]->data(), dout.data(), fresh ? T(0) : T(1), g.data());
     }
-    if (has_bias && dx[2] && (param_grads || !b_use))
-      dx[2].add(xt::sum(xt::reshape_view(dout, Shape{m, p}), {0}));
+    if (has_bias && dx[2] && (param_grads || !b_use)) {  // db = column sums of dout (m, p)
+      ArrayT<T>& g = dx[2].buffer(fresh);
+      T* gp = g.data();
+      if (fresh) std::fill_n(gp, p, T(0));
+      const T* r = dout.data();
+      for (std::size_t i = 0; i < m; ++i, r += p)
+        for (std::size_t j = 0; j < p; ++j) gp[j] += r[j];
+    }
     if (w_use || b_use) {
       auto delta = std::make_shared<const ArrayT<T>>(dout);
       if (w_use) w_use->delta = delta;
@@ -74,9 +83,13 @@ struct LinearOp final : Op<T> {
       beta = T(1);
     }
     if (beta == T(0)) r.fill(T(0));
-    if (has_bias && dot[2]) {
-      auto rows = xt::reshape_view(r, Shape{k, m, p});
-      rows += xt::reshape_view(*dot[2], Shape{k, 1, p});
+    if (has_bias && dot[2]) {  // + b_dot_j on every row of tangent j
+      T* o = r.data();
+      for (std::size_t j = 0; j < k; ++j) {
+        const T* bp = dot[2]->data() + j * p;
+        for (std::size_t i = 0; i < m; ++i, o += p)
+          for (std::size_t l = 0; l < p; ++l) o[l] += bp[l];
+      }
     }
     return r;
   }

@@ -1,6 +1,9 @@
 // max_pool2d over 'valid' windows of channels-last images. The primal keeps the
 // argmax of every window; the vjp scatters dout there and the jvp gathers the
 // tangents there. Ties: the first maximum (row-major in the window) wins.
+#include <cstdint>
+#include <limits>
+
 #include "engine/conv.hpp"
 #include "engine/ops/common.hpp"
 
@@ -11,7 +14,7 @@ using detail::shape_str;
 template <class T>
 struct MaxPoolOp final : Op<T> {
   std::size_t kh = 0, kw = 0, sh = 0, sw = 0;
-  std::vector<std::size_t> argmax;  // per output element: its flat index into x
+  std::vector<std::uint32_t> argmax;  // per output element: its flat index into x
   std::size_t x_size = 0;
   const char* name() const override { return "max_pool2d"; }
 
@@ -27,22 +30,30 @@ struct MaxPoolOp final : Op<T> {
       throw std::invalid_argument("max_pool2d: window " + std::to_string(kh) + "x" + std::to_string(kw) +
                                   " is larger than the image of x " + shape_str(xs));
     const std::size_t ho = (h - kh) / sh + 1, wo = (w - kw) / sw + 1;
+    if (x.size() > std::numeric_limits<std::uint32_t>::max())
+      throw std::invalid_argument("max_pool2d: x " + shape_str(xs) + " has more than 2^32 elements");
     x_size = x.size();
     ArrayT<T> out = ArrayT<T>::from_shape({b, ho, wo, c});
-    argmax.assign(out.size(), 0);
-    const T* xp = x.data();
-    T* op = out.data();
-    std::size_t* ap = argmax.data();
+    argmax.resize(out.size());
+    const T* __restrict xp = x.data();
+    T* __restrict op = out.data();
+    std::uint32_t* __restrict ap = argmax.data();
     for (std::size_t n = 0; n < b; ++n)
       for (std::size_t oy = 0; oy < ho; ++oy)
         for (std::size_t ox = 0; ox < wo; ++ox, op += c, ap += c) {
           const std::size_t corner = ((n * h + oy * sh) * w + ox * sw) * c;
-          for (std::size_t ch = 0; ch < c; ++ch) op[ch] = xp[corner + ch], ap[ch] = corner + ch;
+          for (std::size_t ch = 0; ch < c; ++ch) op[ch] = xp[corner + ch], ap[ch] = std::uint32_t(corner + ch);
           for (std::size_t i = 0; i < kh; ++i)
             for (std::size_t j = 0; j < kw; ++j) {
-              const std::size_t at = corner + (i * w + j) * c;
-              for (std::size_t ch = 0; ch < c; ++ch)
-                if (xp[at + ch] > op[ch]) op[ch] = xp[at + ch], ap[ch] = at + ch;  // strict: first max wins
+              if (i == 0 && j == 0) continue;
+              const std::uint32_t at = std::uint32_t(corner + (i * w + j) * c);
+              const T* __restrict v = xp + at;
+              // branch-free selects so that the channel loop vectorises; strict: the first max wins
+              for (std::size_t ch = 0; ch < c; ++ch) {
+                const bool more = v[ch] > op[ch];
+                op[ch] = more ? v[ch] : op[ch];
+                ap[ch] = more ? at + std::uint32_t(ch) : ap[ch];
+              }
             }
         }
     return out;

@@ -21,7 +21,15 @@ struct ReshapeOp final : Op<T> {
     return r;
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
-    if (dx[0]) dx[0].add(xt::reshape_view(dout, x[0]->shape()));
+    if (!dx[0]) return;  // same elements in the same order: a flat copy or add
+    bool fresh;
+    ArrayT<T>& g = dx[0].buffer(fresh);
+    if (fresh) std::copy_n(dout.data(), dout.size(), g.data());
+    else {
+      T* gp = g.data();
+      const T* dp = dout.data();
+      for (std::size_t i = 0, n = dout.size(); i < n; ++i) gp[i] += dp[i];
+    }
   }
   ArrayT<T> jvp(Values<T>, Tangents<T> d, const ArrayT<T>&, std::size_t k) override {
     ArrayT<T> r = *d[0];

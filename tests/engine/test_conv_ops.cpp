@@ -47,11 +47,11 @@ std::vector<Geometry> geometries() {
   };
 }
 
-/// The definition: cols[b, oy*Wo + ox, (i*kw + j)*C + c] = x[b, oy*sh + i - top, ox*sw + j - left, c] or 0.
+/// The definition: cols[b, oy, ox, (i*kw + j)*C + c] = x[b, oy*sh + i - top, ox*sw + j - left, c] or 0.
 A naive_im2col(const A& x, std::size_t kh, std::size_t kw, std::size_t sh, std::size_t sw, Pad2d p) {
   std::size_t B = x.shape()[0], H = x.shape()[1], W = x.shape()[2], C = x.shape()[3];
   std::size_t ho = (H + p.top + p.bottom - kh) / sh + 1, wo = (W + p.left + p.right - kw) / sw + 1;
-  A r = xt::zeros<double>({B, ho * wo, kh * kw * C});
+  A r = xt::zeros<double>({B, ho, wo, kh * kw * C});
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t oy = 0; oy < ho; ++oy)
       for (std::size_t ox = 0; ox < wo; ++ox)
@@ -60,7 +60,7 @@ A naive_im2col(const A& x, std::size_t kh, std::size_t kw, std::size_t sh, std::
             for (std::size_t c = 0; c < C; ++c) {
               long iy = long(oy * sh + i) - long(p.top), ix = long(ox * sw + j) - long(p.left);
               if (iy >= 0 && iy < long(H) && ix >= 0 && ix < long(W))
-                r(b, oy * wo + ox, (i * kw + j) * C + c) = x(b, std::size_t(iy), std::size_t(ix), c);
+                r(b, oy, ox, (i * kw + j) * C + c) = x(b, std::size_t(iy), std::size_t(ix), c);
             }
   return r;
 }
@@ -139,7 +139,7 @@ TEST_CASE("im2col: values against the definition") {
   }
   // an empty batch gives an empty batch of patches
   A none_x = A::from_shape({0, 4, 4, 2});
-  CHECK(shape_of(im2col(D(none_x), 3, 3, 1, 1).value()) == Shape{0, 4, 18});
+  CHECK(shape_of(im2col(D(none_x), 3, 3, 1, 1).value()) == Shape{0, 2, 2, 18});
 }
 
 TEST_CASE("im2col: gradient checks") {
@@ -215,16 +215,17 @@ TEST_CASE("conv2d: linear records the weight use with the patches as activations
   REQUIRE(groups[0].uses.size() == 1);
   const ParamUse<double>& use = *groups[0].uses[0];
   CHECK(use.kind == UseKind::matmul);
-  CHECK(shape_of(use.input->value) == Shape{B, 9, kh * kw * C});
+  CHECK(shape_of(use.input->value) == Shape{B, 3, 3, kh * kw * C});
   REQUIRE(use.delta);
-  CHECK(shape_of(*use.delta) == Shape{B, 9, F});
+  CHECK(shape_of(*use.delta) == Shape{B, 3, 3, F});
   CHECK(groups[1].uses[0]->kind == UseKind::bias);
   // the per-sample gradients a_i^T delta_i sum to the weight gradient
   A total = xt::zeros<double>({kh * kw * C, F});
   for (std::size_t i = 0; i < B; ++i)
     for (std::size_t t = 0; t < 9; ++t)
       for (std::size_t d = 0; d < kh * kw * C; ++d)
-        for (std::size_t q = 0; q < F; ++q) total(d, q) += use.input->value(i, t, d) * (*use.delta)(i, t, q);
+        for (std::size_t q = 0; q < F; ++q)
+          total(d, q) += use.input->value(i, t / 3, t % 3, d) * (*use.delta)(i, t / 3, t % 3, q);
   DPGRAD_CHECK_CLOSE(total, wt.grad(), 1e-12);
 }
 

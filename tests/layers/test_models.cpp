@@ -151,7 +151,7 @@ TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses"
       [&](const std::vector<TensorT<double>>& v) { return mean_cross_entropy(net.forward(v[0]), batch.labels); },
       {batch.inputs}, o));
 
-  // per-sample records: each convolution is one matmul use with T = Ho*Wo patch rows
+  // per-sample records: each convolution is one matmul use with (Ho, Wo) patch rows per image
   BatchT<double> two = image_batch<double>(2, rng);
   for (auto& p : m->parameters()) p.zero_grad();
   TapeT<double> tape;
@@ -163,9 +163,9 @@ TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses"
   const auto& groups = tape.uses();
   REQUIRE(groups.size() == 8);
   CHECK(groups[0].param->name == "conv1.weight");
-  CHECK(shape_of(groups[0].uses[0]->input->value) == Shape{2, 14 * 14, 64});
+  CHECK(shape_of(groups[0].uses[0]->input->value) == Shape{2, 14, 14, 64});
   CHECK(groups[2].param->name == "conv2.weight");
-  CHECK(shape_of(groups[2].uses[0]->input->value) == Shape{2, 5 * 5, 256});
+  CHECK(shape_of(groups[2].uses[0]->input->value) == Shape{2, 5, 5, 256});
   for (const auto& p : m->parameters()) CHECK(xt::sum(xt::abs(p.grad()))() > 0.0);
 }
 
