@@ -157,6 +157,7 @@ int run_child(const Options& o) {
       if (paired)
         for (long i = 0; i < o.warmup; ++i) none->step_ms(batch);
       std::vector<double> tm, tn;
+      profile::reset();  // DPGRAD_PROFILE: the timed steps only
       for (long i = 0; i < o.steps; ++i) {
         if (paired) tn.push_back(none->step_ms(batch));
         tm.push_back(method.step_ms(batch));

@@ -1,7 +1,19 @@
 // OpenBLAS GEMM entry points with dpgrad's row-major, tightly packed layout.
+// Products large enough to share are cut into one block per engine thread
+// (engine/parallel.hpp), each a single-threaded OpenBLAS call: rows of C when
+// op(A) is tall, columns of C when op(B) is wide, else the inner dimension, whose
+// partial products are summed.
 #include "engine/blas.hpp"
 
 #include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+#include <type_traits>
+#include <vector>
+
+#include "engine/parallel.hpp"
 
 namespace dpgrad::blas {
 
@@ -10,6 +22,57 @@ template <class T>
 void scale_only(std::size_t n, T beta, T* c) {  // an empty product: C = beta C
   for (std::size_t i = 0; i < n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
 }
+
+/// One OpenBLAS call with explicit leading dimensions.
+template <class T>
+void raw_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+              const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+  const auto oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, oa, ob, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, oa, ob, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Below this many multiply-adds a product runs whole: splitting costs a few
+// microseconds of hand-off, about what 2^21 multiply-adds take.
+constexpr std::size_t kSplitWork = std::size_t(1) << 21;
+constexpr std::size_t kMinRows = 32, kMinDepth = 256;
+
+template <class T>
+void split_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, const T* b,
+                T beta, T* c) {
+  const std::size_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
+  const std::size_t t = std::size_t(parallel::threads());
+  if (t < 2 || m * n * k < kSplitWork) return raw_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (m >= t * kMinRows && m >= n) {  // rows of C and of op(A)
+    parallel::for_range(m, kMinRows, [&](std::size_t r0, std::size_t r1) {
+      raw_gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b, ldb, beta, c + r0 * ldc, ldc);
+    });
+  } else if (n >= t * kMinRows) {  // columns of C and of op(B)
+    parallel::for_range(n, kMinRows, [&](std::size_t c0, std::size_t c1) {
+      raw_gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + c0, ldc);
+    });
+  } else if (k >= t * kMinDepth) {  // the inner dimension: the first block accumulates into C, the others apart
+    std::vector<std::pair<std::size_t, std::vector<T>>> partial(t);  // (first k, product), in arrival order
+    std::atomic<std::size_t> next{0};
+    parallel::for_range(k, kMinDepth, [&](std::size_t k0, std::size_t k1) {
+      const T* ap = ta ? a + k0 * lda : a + k0;
+      const T* bp = tb ? b + k0 : b + k0 * ldb;
+      if (k0 == 0) return raw_gemm(ta, tb, m, n, k1 - k0, alpha, ap, lda, bp, ldb, beta, c, ldc);
+      auto& [first, piece] = partial[next.fetch_add(1)];
+      first = k0;
+      piece.resize(m * n);
+      raw_gemm(ta, tb, m, n, k1 - k0, alpha, ap, lda, bp, ldb, T(0), piece.data(), n);
+    });
+    partial.resize(next.load());
+    std::sort(partial.begin(), partial.end());  // sums in a fixed order: the same rounding every run
+    for (const auto& [first, piece] : partial)
+      for (std::size_t i = 0; i < piece.size(); ++i) c[i] += piece[i];
+  } else {
+    raw_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
 }  // namespace
 
 template <>
@@ -17,8 +80,7 @@ void gemm<float>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, 
                  const float* b, float beta, float* c) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_only(m * n, beta, c);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(k), alpha, a, ta ? int(m) : int(k), b, tb ? int(k) : int(n), beta, c, int(n));
+  split_gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 
 template <>
@@ -26,8 +88,7 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                   const double* b, double beta, double* c) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_only(m * n, beta, c);
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(k), alpha, a, ta ? int(m) : int(k), b, tb ? int(k) : int(n), beta, c, int(n));
+  split_gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 
 template <>
@@ -44,7 +105,7 @@ void gemv<double>(bool ta, std::size_t m, std::size_t n, double alpha, const dou
   cblas_dgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, int(m), int(n), alpha, a, int(n), x, 1, beta, y, 1);
 }
 
-void set_threads(int n) { openblas_set_num_threads(n); }
-int threads() { return openblas_get_num_threads(); }
+void set_threads(int n) { parallel::set_threads(n); }
+int threads() { return parallel::threads(); }
 
 }  // namespace dpgrad::blas

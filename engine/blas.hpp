@@ -16,7 +16,8 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
 template <class T>
 void gemv(bool trans_a, std::size_t m, std::size_t n, T alpha, const T* a, const T* x, T beta, T* y);
 
-/// Sets OpenBLAS's thread count (1 inside per-example parallel loops).
+/// The engine's thread count (engine/parallel.hpp): products are split into
+/// blocks across these threads, each block a single-threaded OpenBLAS call.
 void set_threads(int n);
 int threads();
 

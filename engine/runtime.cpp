@@ -100,5 +100,11 @@ std::string report() {
   return t.report_locked();
 }
 
+void reset() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.rows.clear();
+}
+
 }  // namespace profile
 }  // namespace dpgrad

@@ -35,4 +35,7 @@ void add(const char* op, Phase phase, long long ns);
 /// The table so far (empty when nothing was timed).
 std::string report();
 
+/// Forgets what was timed so far (e.g. after warm-up steps).
+void reset();
+
 }  // namespace dpgrad::profile

@@ -8,6 +8,7 @@
 
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/parallel.hpp"
 
 namespace dpgrad {
 
@@ -78,15 +79,15 @@ ConvGeom conv_geometry(const Shape& xs, std::size_t kh, std::size_t kw, std::siz
   return g;
 }
 
-/// Walks every (image, output position, window row) and hands the kernel the
-/// valid column range [j0, j1) of that row, or j0 = j1 when the row is padding.
-/// f(image offset of x at column j0 or nullptr, patch-row offset, j0, j1).
+/// Walks every (image, output position, window row) of images [n0, n1) and hands
+/// the kernel the valid column range [j0, j1) of that row, or j0 = j1 when the
+/// row is padding. f(image offset of x at column j0 or 0, patch-row offset, j0, j1).
 template <class F>
-void for_each_window_row(const ConvGeom& g, std::size_t images, F&& f) {
+void for_each_window_row(const ConvGeom& g, std::size_t n0, std::size_t n1, F&& f) {
   const ptrdiff_t h = ptrdiff_t(g.h), w = ptrdiff_t(g.w), kw = ptrdiff_t(g.kw);
   const std::size_t row = g.kw * g.c;
-  std::size_t dst = 0;
-  for (std::size_t n = 0; n < images; ++n) {
+  std::size_t dst = n0 * g.cols();
+  for (std::size_t n = n0; n < n1; ++n) {
     const std::size_t src = n * g.image();
     for (std::size_t oy = 0; oy < g.ho; ++oy)
       for (std::size_t ox = 0; ox < g.wo; ++ox) {
@@ -102,12 +103,15 @@ void for_each_window_row(const ConvGeom& g, std::size_t images, F&& f) {
   }
 }
 
-/// cols (images, Ho, Wo, kh*kw*C) = patches of x (images, H, W, C).
+/// Images per parallel piece: about 2^16 patch entries each.
+std::size_t image_grain(const ConvGeom& g) { return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, g.cols())); }
+
+/// Images [n0, n1) of im2col_kernel.
 template <class T>
-void im2col_kernel(const T* x, std::size_t images, const ConvGeom& g, T* cols) {
+void im2col_images(const T* x, std::size_t n0, std::size_t n1, const ConvGeom& g, T* cols) {
   const std::size_t row = g.kw * g.c, c = g.c;
   const std::size_t kw = g.kw;
-  for_each_window_row(g, images, [&](std::size_t from, std::size_t to, std::size_t j0, std::size_t j1) {
+  for_each_window_row(g, n0, n1, [&](std::size_t from, std::size_t to, std::size_t j0, std::size_t j1) {
     T* __restrict d = cols + to;
     if (j0 == 0 && j1 == kw) {  // the common case: the whole window row is inside the image
       const T* __restrict s = x + from;
@@ -120,15 +124,28 @@ void im2col_kernel(const T* x, std::size_t images, const ConvGeom& g, T* cols) {
   });
 }
 
-/// dx (images, H, W, C) += col2im(cols): every patch entry added back to its pixel.
+/// Images [n0, n1) of col2im_kernel.
 template <class T>
-void col2im_kernel(const T* cols, std::size_t images, const ConvGeom& g, T* dx) {
+void col2im_images(const T* cols, std::size_t n0, std::size_t n1, const ConvGeom& g, T* dx) {
   const std::size_t c = g.c;
-  for_each_window_row(g, images, [&](std::size_t to, std::size_t from, std::size_t j0, std::size_t j1) {
+  for_each_window_row(g, n0, n1, [&](std::size_t to, std::size_t from, std::size_t j0, std::size_t j1) {
     const T* s = cols + from + j0 * c;
     T* d = dx + to;
     for (std::size_t l = 0, n = (j1 - j0) * c; l < n; ++l) d[l] += s[l];
   });
+}
+
+/// cols (images, Ho, Wo, kh*kw*C) = patches of x (images, H, W, C).
+template <class T>
+void im2col_kernel(const T* x, std::size_t images, const ConvGeom& g, T* cols) {
+  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) { im2col_images(x, n0, n1, g, cols); });
+}
+
+/// dx (images, H, W, C) += col2im(cols): every patch entry added back to its
+/// pixel. Images are independent, so pieces of images run in parallel.
+template <class T>
+void col2im_kernel(const T* cols, std::size_t images, const ConvGeom& g, T* dx) {
+  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) { col2im_images(cols, n0, n1, g, dx); });
 }
 
 template <class T>

@@ -2,8 +2,12 @@
 // maps (scale, add_scalar, relu, tanh, sigmoid, exp, log), each with primal,
 // vjp and jvp. The kinds differ only in scalar rules; the broadcasting
 // machinery is instantiated once per scalar type, which keeps compile time low.
+#include <algorithm>
+#include <array>
+
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/parallel.hpp"
 
 namespace dpgrad {
 namespace detail {
@@ -111,65 +115,96 @@ const char* unary_name(Unary k) {
   return "?";
 }
 
+// Unary kernels run in blocks that stay in cache, pieces of blocks in parallel.
+constexpr std::size_t kBlock = 1024, kUnaryGrain = 1 << 15;
+
 template <class T>
 struct UnaryOp final : Op<T> {
   Unary kind;
   T c = T(1);
   explicit UnaryOp(Unary k) : kind(k) {}
   const char* name() const override { return unary_name(kind); }
+
+  /// out[0, n) = f(a[0, n)).
+  void primal(const T* a, T* out, std::size_t n) const {
+    switch (kind) {  // the transcendental ones through xtensor's vectorised kernels
+      case Unary::tanh: adapt(out, n) = xt::tanh(adapt(a, n)); return;
+      case Unary::exp: adapt(out, n) = xt::exp(adapt(a, n)); return;
+      case Unary::log: adapt(out, n) = xt::log(adapt(a, n)); return;
+      case Unary::sigmoid: adapt(out, n) = T(1) / (T(1) + xt::exp(-adapt(a, n))); return;
+      case Unary::scale: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * c; return;
+      case Unary::shift: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + c; return;
+      case Unary::relu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] > T(0) ? a[i] : T(0); return;
+    }
+  }
+  /// d[0, n) = f'(x) elementwise, from the input a and the output o.
+  void derivative(const T* a, const T* o, T* d, std::size_t n) const {
+    switch (kind) {
+      case Unary::scale: for (std::size_t i = 0; i < n; ++i) d[i] = c; break;
+      case Unary::shift: for (std::size_t i = 0; i < n; ++i) d[i] = T(1); break;
+      case Unary::relu: for (std::size_t i = 0; i < n; ++i) d[i] = a[i] > T(0) ? T(1) : T(0); break;
+      case Unary::tanh: for (std::size_t i = 0; i < n; ++i) d[i] = T(1) - o[i] * o[i]; break;
+      case Unary::sigmoid: for (std::size_t i = 0; i < n; ++i) d[i] = o[i] * (T(1) - o[i]); break;
+      case Unary::exp: for (std::size_t i = 0; i < n; ++i) d[i] = o[i]; break;
+      case Unary::log: for (std::size_t i = 0; i < n; ++i) d[i] = T(1) / a[i]; break;
+    }
+  }
+  /// Calls f(i0, f'(x) on [i0, i0 + len), len) block by block, blocks in parallel.
+  template <class F>
+  void for_each_derivative_block(const T* a, const T* o, std::size_t n, F&& f) const {
+    parallel::for_range(n, kUnaryGrain, [&](std::size_t r0, std::size_t r1) {
+      T d[kBlock];
+      for (std::size_t i0 = r0; i0 < r1; i0 += kBlock) {
+        const std::size_t len = std::min(kBlock, r1 - i0);
+        derivative(a + i0, o + i0, d, len);
+        f(i0, static_cast<const T*>(d), len);
+      }
+    });
+  }
+
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];
-    switch (kind) {  // the transcendental ones through xtensor's vectorised kernels
-      case Unary::tanh: return xt::tanh(a);
-      case Unary::exp: return xt::exp(a);
-      case Unary::log: return xt::log(a);
-      case Unary::sigmoid: return T(1) / (T(1) + xt::exp(-a));
-      default: break;
-    }
-    ArrayT<T> r = a;
-    T* p = r.data();
-    const std::size_t n = r.size();
-    if (kind == Unary::scale) for (std::size_t i = 0; i < n; ++i) p[i] *= c;
-    else if (kind == Unary::shift) for (std::size_t i = 0; i < n; ++i) p[i] += c;
-    else for (std::size_t i = 0; i < n; ++i) p[i] = p[i] > T(0) ? p[i] : T(0);  // relu
+    ArrayT<T> r = ArrayT<T>::from_shape(a.shape());
+    const T* pa = a.data();
+    T* pr = r.data();
+    parallel::for_range(a.size(), kUnaryGrain, [&](std::size_t i0, std::size_t i1) { primal(pa + i0, pr + i0, i1 - i0); });
     return r;
   }
-  /// f'(x) elementwise, from the input and the output.
-  ArrayT<T> derivative(const ArrayT<T>& a, const ArrayT<T>& out) const {
-    ArrayT<T> d = ArrayT<T>::from_shape(a.shape());
-    T* pd = d.data();
-    const T* pa = a.data();
-    const T* po = out.data();
-    const std::size_t n = d.size();
-    switch (kind) {
-      case Unary::scale: for (std::size_t i = 0; i < n; ++i) pd[i] = c; break;
-      case Unary::shift: for (std::size_t i = 0; i < n; ++i) pd[i] = T(1); break;
-      case Unary::relu: for (std::size_t i = 0; i < n; ++i) pd[i] = pa[i] > T(0) ? T(1) : T(0); break;
-      case Unary::tanh: for (std::size_t i = 0; i < n; ++i) pd[i] = T(1) - po[i] * po[i]; break;
-      case Unary::sigmoid: for (std::size_t i = 0; i < n; ++i) pd[i] = po[i] * (T(1) - po[i]); break;
-      case Unary::exp: for (std::size_t i = 0; i < n; ++i) pd[i] = po[i]; break;
-      case Unary::log: for (std::size_t i = 0; i < n; ++i) pd[i] = T(1) / pa[i]; break;
-    }
-    return d;
-  }
+  /// dx = f'(x) * dout, accumulated in one pass.
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
     if (!dx[0]) return;
-    ArrayT<T> g = derivative(*x[0], out);
+    bool fresh;
+    ArrayT<T>& g = dx[0].buffer(fresh);
     T* pg = g.data();
     const T* pd = dout.data();
-    for (std::size_t i = 0; i < g.size(); ++i) pg[i] *= pd[i];
-    dx[0].add(g);
+    for_each_derivative_block(x[0]->data(), out.data(), out.size(), [&](std::size_t i0, const T* d, std::size_t len) {
+      T* __restrict gi = pg + i0;
+      const T* __restrict di = pd + i0;
+      if (fresh) for (std::size_t l = 0; l < len; ++l) gi[l] = d[l] * di[l];
+      else for (std::size_t l = 0; l < len; ++l) gi[l] += d[l] * di[l];
+    });
   }
-  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>& out, std::size_t k) override {
-    ArrayT<T> f = derivative(*x[0], out);
-    ArrayT<T> r = *d[0];  // (k, ...)
-    const std::size_t n = f.size();
+  /// out_dot_j = f'(x) * x_dot_j for each of the k tangents.
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    const std::size_t n = out.size();
+    ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     T* pr = r.data();
-    const T* pf = f.data();
-    for (std::size_t j = 0; j < k; ++j)
-      for (std::size_t l = 0; l < n; ++l) pr[j * n + l] *= pf[l];
+    const T* pt = dot[0]->data();
+    for_each_derivative_block(x[0]->data(), out.data(), n, [&](std::size_t i0, const T* d, std::size_t len) {
+      for (std::size_t j = 0; j < k; ++j) {
+        T* __restrict ri = pr + j * n + i0;
+        const T* __restrict ti = pt + j * n + i0;
+        for (std::size_t l = 0; l < len; ++l) ri[l] = d[l] * ti[l];
+      }
+    });
     return r;
   }
+
+ private:
+  static auto adapt(const T* p, std::size_t n) {
+    return xt::adapt(p, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+  }
+  static auto adapt(T* p, std::size_t n) { return xt::adapt(p, n, xt::no_ownership(), std::array<std::size_t, 1>{n}); }
 };
 
 template <class T>

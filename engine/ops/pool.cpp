@@ -1,21 +1,76 @@
-// max_pool2d over 'valid' windows of channels-last images. The primal keeps the
-// argmax of every window; the vjp scatters dout there and the jvp gathers the
-// tangents there. Ties: the first maximum (row-major in the window) wins.
+// max_pool2d over 'valid' windows of channels-last images. The vjp scatters
+// dout to each window's argmax and the jvp gathers the tangents there; the
+// argmax is found again from the input and the output rather than stored.
+// Ties: the first maximum (row-major in the window) wins.
+#include <algorithm>
 #include <cstdint>
-#include <limits>
+#include <vector>
 
 #include "engine/conv.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/parallel.hpp"
 
 namespace dpgrad {
 namespace {
 using detail::shape_str;
 
+/// Where the windows are. Output row r = (image, oy) is cut into pieces of
+/// `run` outputs whose inputs, for one window element, are one contiguous run
+/// of x: the whole row (Wo * C values) when the stride across is 1, else one
+/// output position (C values).
+struct PoolGeom {
+  std::size_t b = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, sh = 0, sw = 0, ho = 0, wo = 0;
+  std::size_t run() const { return sw == 1 ? wo * c : c; }
+  std::size_t per_image() const { return ho * wo * c; }
+};
+
+/// Calls f(out offset, x offset, len, first) for every piece of the outputs of
+/// images [n0, n1) and every window element in row-major window order (first:
+/// the window's first element). Output (piece, l) reads x[x offset + l].
+template <class F>
+void for_each_window_element(const PoolGeom& g, std::size_t n0, std::size_t n1, F&& f) {
+  const std::size_t run = g.run(), pieces = g.wo * g.c / run;
+  for (std::size_t n = n0; n < n1; ++n)
+    for (std::size_t oy = 0; oy < g.ho; ++oy)
+      for (std::size_t piece = 0; piece < pieces; ++piece) {
+        const std::size_t o = (n * g.ho + oy) * g.wo * g.c + piece * run;
+        const std::size_t ox0 = piece * run / g.c;
+        const std::size_t corner = ((n * g.h + oy * g.sh) * g.w + ox0 * g.sw) * g.c;
+        for (std::size_t i = 0; i < g.kh; ++i)
+          for (std::size_t j = 0; j < g.kw; ++j) f(o, corner + (i * g.w + j) * g.c, run, i == 0 && j == 0);
+      }
+}
+
+/// Images per parallel piece: about 2^14 outputs each.
+std::size_t pool_grain(const PoolGeom& g) {
+  return std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(1, g.per_image()));
+}
+
+/// The argmax of a window is the first of its elements equal to the output
+/// (exactly the one a strict "greater than" scan keeps), so no index is stored:
+/// the rules find it again. Calls pick(out offset, x offset, len, take) with
+/// take[l] = 1 where x[x offset + l] is the argmax of output (out offset + l).
+template <class T, class F>
+void for_each_argmax(const PoolGeom& g, std::size_t n0, std::size_t n1, const T* x, const T* out, F&& pick) {
+  std::vector<unsigned char> found(g.run()), take(g.run());
+  for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, bool first) {
+    unsigned char* __restrict fp = found.data();
+    unsigned char* __restrict tp = take.data();
+    const T* __restrict v = x + xo;
+    const T* __restrict m = out + o;
+    if (first) std::fill_n(fp, len, 0);
+    for (std::size_t l = 0; l < len; ++l) {
+      tp[l] = (!fp[l]) & (v[l] == m[l]);
+      fp[l] |= tp[l];
+    }
+    pick(o, xo, len, tp);
+  });
+}
+
 template <class T>
 struct MaxPoolOp final : Op<T> {
   std::size_t kh = 0, kw = 0, sh = 0, sw = 0;
-  std::vector<std::uint32_t> argmax;  // per output element: its flat index into x
-  std::size_t x_size = 0;
+  PoolGeom g;
   const char* name() const override { return "max_pool2d"; }
 
   ArrayT<T> forward(Values<T> xv) override {
@@ -29,58 +84,59 @@ struct MaxPoolOp final : Op<T> {
     if (h < kh || w < kw)
       throw std::invalid_argument("max_pool2d: window " + std::to_string(kh) + "x" + std::to_string(kw) +
                                   " is larger than the image of x " + shape_str(xs));
-    const std::size_t ho = (h - kh) / sh + 1, wo = (w - kw) / sw + 1;
-    if (x.size() > std::numeric_limits<std::uint32_t>::max())
-      throw std::invalid_argument("max_pool2d: x " + shape_str(xs) + " has more than 2^32 elements");
-    x_size = x.size();
-    ArrayT<T> out = ArrayT<T>::from_shape({b, ho, wo, c});
-    argmax.resize(out.size());
-    const T* __restrict xp = x.data();
-    T* __restrict op = out.data();
-    std::uint32_t* __restrict ap = argmax.data();
-    for (std::size_t n = 0; n < b; ++n)
-      for (std::size_t oy = 0; oy < ho; ++oy)
-        for (std::size_t ox = 0; ox < wo; ++ox, op += c, ap += c) {
-          const std::size_t corner = ((n * h + oy * sh) * w + ox * sw) * c;
-          for (std::size_t ch = 0; ch < c; ++ch) op[ch] = xp[corner + ch], ap[ch] = std::uint32_t(corner + ch);
-          for (std::size_t i = 0; i < kh; ++i)
-            for (std::size_t j = 0; j < kw; ++j) {
-              if (i == 0 && j == 0) continue;
-              const std::uint32_t at = std::uint32_t(corner + (i * w + j) * c);
-              const T* __restrict v = xp + at;
-              // branch-free selects so that the channel loop vectorises; strict: the first max wins
-              for (std::size_t ch = 0; ch < c; ++ch) {
-                const bool more = v[ch] > op[ch];
-                op[ch] = more ? v[ch] : op[ch];
-                ap[ch] = more ? at + std::uint32_t(ch) : ap[ch];
-              }
-            }
-        }
+    g = PoolGeom{b, h, w, c, kh, kw, sh, sw, (h - kh) / sh + 1, (w - kw) / sw + 1};
+    ArrayT<T> out = ArrayT<T>::from_shape({b, g.ho, g.wo, c});
+    const T* xp = x.data();
+    T* op = out.data();
+    parallel::for_range(b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
+      for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, bool first) {
+        T* __restrict m = op + o;
+        const T* __restrict v = xp + xo;
+        if (first) std::copy_n(v, len, m);
+        else
+          for (std::size_t l = 0; l < len; ++l) m[l] = v[l] > m[l] ? v[l] : m[l];  // strict: the first max wins
+      });
+    });
     return out;
   }
-  /// dx[argmax[o]] += dout[o]
-  void vjp(const ArrayT<T>& dout, Values<T>, const ArrayT<T>&, Slots<T> dx) override {
+  /// dx[argmax(o)] += dout[o]. Windows of one image overlap, images do not:
+  /// pieces of images run in parallel.
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
     if (!dx[0]) return;
     bool fresh;
-    ArrayT<T>& g = dx[0].buffer(fresh);
-    if (fresh) g.fill(T(0));
-    T* gp = g.data();
+    ArrayT<T>& gx = dx[0].buffer(fresh);
+    if (fresh) gx.fill(T(0));
+    T* gp = gx.data();
     const T* dp = dout.data();
-    for (std::size_t o = 0; o < argmax.size(); ++o) gp[argmax[o]] += dp[o];
+    parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
+      for_each_argmax(g, n0, n1, x[0]->data(), out.data(), [&](std::size_t o, std::size_t xo, std::size_t len,
+                                                               const unsigned char* take) {
+        T* __restrict d = gp + xo;
+        const T* __restrict u = dp + o;
+        for (std::size_t l = 0; l < len; ++l) d[l] += take[l] ? u[l] : T(0);
+      });
+    });
   }
-  /// out_dot[j, o] = x_dot[j, argmax[o]]
-  ArrayT<T> jvp(Values<T>, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+  /// out_dot[j, o] = x_dot[j, argmax(o)]
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     if (!dot[0]) {
       r.fill(T(0));
       return r;
     }
-    const std::size_t n = argmax.size();
-    for (std::size_t j = 0; j < k; ++j) {
-      const T* t = dot[0]->data() + j * x_size;
-      T* rp = r.data() + j * n;
-      for (std::size_t o = 0; o < n; ++o) rp[o] = t[argmax[o]];
-    }
+    const std::size_t n_out = out.size(), n_in = x[0]->size();
+    T* rp = r.data();
+    const T* tp = dot[0]->data();
+    parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
+      for_each_argmax(g, n0, n1, x[0]->data(), out.data(), [&](std::size_t o, std::size_t xo, std::size_t len,
+                                                               const unsigned char* take) {
+        for (std::size_t j = 0; j < k; ++j) {
+          T* __restrict d = rp + j * n_out + o;
+          const T* __restrict t = tp + j * n_in + xo;
+          for (std::size_t l = 0; l < len; ++l) d[l] = take[l] ? t[l] : d[l];
+        }
+      });
+    });
     return r;
   }
 };

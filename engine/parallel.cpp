@@ -1,0 +1,148 @@
+// A small fixed pool: workers wait on a generation counter, spin briefly after
+// each job (the next op usually follows within microseconds), then sleep. Every
+// worker acknowledges every job, so none can skip one or see the next one's state.
+#include "engine/parallel.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dpgrad::parallel {
+namespace {
+
+thread_local bool inside_piece = false;
+
+int default_threads() {
+  if (const char* v = std::getenv("DPGRAD_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 1 && n <= 1024) return int(n);
+  }
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+class Pool {
+ public:
+  explicit Pool(int n) { resize(n); }
+  ~Pool() { stop_workers(); }
+
+  int size() const { return size_; }
+
+  void resize(int n) {
+    if (n < 1) throw std::invalid_argument("threads: need at least 1, got " + std::to_string(n));
+    std::lock_guard<std::mutex> run(run_mutex_);
+    stop_workers();
+    size_ = n;
+    stopping_ = false;
+    const unsigned long start = generation_.load();  // read here: a worker may start after the first job
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, start] { work(i, start); });
+  }
+
+  void run(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
+    std::lock_guard<std::mutex> run(run_mutex_);  // one job at a time (calls from several user threads queue)
+    const std::size_t pieces = std::min<std::size_t>(std::size_t(size_), n / std::max<std::size_t>(grain, 1));
+    job_ = &f;
+    n_ = n;
+    pieces_ = pieces;
+    error_ = nullptr;
+    pending_.store(size_ - 1, std::memory_order_relaxed);  // every worker acknowledges every job
+    {
+      std::lock_guard<std::mutex> lock(wake_mutex_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    run_piece(0);
+    while (pending_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run_piece(std::size_t i) {
+    if (i >= pieces_) return;
+    const std::size_t begin = n_ * i / pieces_, end = n_ * (i + 1) / pieces_;
+    inside_piece = true;
+    try {
+      (*job_)(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    inside_piece = false;
+  }
+
+  void work(int index, unsigned long seen) {
+    for (;;) {
+      // spin a little: the next op's job usually comes within microseconds
+      unsigned long now = seen;
+      for (int spin = 0; spin < 20000 && (now = generation_.load(std::memory_order_acquire)) == seen; ++spin)
+        if (stopping_.load(std::memory_order_relaxed)) return;
+      if (now == seen) {
+        std::unique_lock<std::mutex> lock(wake_mutex_);
+        wake_.wait(lock, [&] {
+          return stopping_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
+        });
+        if (stopping_.load(std::memory_order_relaxed)) return;
+        now = generation_.load(std::memory_order_acquire);
+      }
+      seen = now;
+      run_piece(std::size_t(index));  // nothing when this job has fewer pieces
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(wake_mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  int size_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_, wake_mutex_, error_mutex_;
+  std::condition_variable wake_;
+  std::atomic<unsigned long> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stopping_{false};
+  const std::function<void(std::size_t, std::size_t)>* job_ = nullptr;
+  std::size_t n_ = 0, pieces_ = 0;
+  std::exception_ptr error_;
+};
+
+Pool& pool() {
+  static Pool p = [] {
+    openblas_set_num_threads(1);
+    return Pool(default_threads());
+  }();
+  return p;
+}
+
+}  // namespace
+
+int threads() { return pool().size(); }
+
+void set_threads(int n) {
+  openblas_set_num_threads(1);
+  if (n != pool().size()) pool().resize(n);
+}
+
+void for_range(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
+  if (n == 0) return;
+  if (inside_piece || n < 2 * std::max<std::size_t>(grain, 1) || pool().size() < 2) return f(0, n);
+  pool().run(n, grain, f);
+}
+
+}  // namespace dpgrad::parallel

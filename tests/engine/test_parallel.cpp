@@ -1,0 +1,104 @@
+// The engine's thread pool and the GEMMs it splits: every index covered once,
+// errors carried back, nesting inline, and split products equal to one call.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "engine/blas.hpp"
+#include "engine/parallel.hpp"
+#include "support/check.hpp"
+
+using namespace dpgrad;
+
+namespace {
+/// Sets the engine's thread count for one scope.
+struct ThreadsScope {
+  int before;
+  explicit ThreadsScope(int n) : before(parallel::threads()) { parallel::set_threads(n); }
+  ~ThreadsScope() { parallel::set_threads(before); }
+};
+
+/// C = op(A) op(B) by the definition, row-major, for the reference.
+std::vector<double> naive_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const std::vector<double>& a,
+                               const std::vector<double>& b) {
+  std::vector<double> c(m * n, 0.0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t l = 0; l < k; ++l)
+        c[i * n + j] += (ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("parallel::for_range covers every index exactly once, in pieces no shorter than the grain") {
+  for (int threads : {1, 2, 3}) {
+    ThreadsScope scope(threads);
+    CAPTURE(threads);
+    for (std::size_t n : {0u, 1u, 7u, 100u, 1001u, 65536u}) {
+      for (std::size_t grain : {1u, 10u, 5000u}) {
+        CAPTURE(n);
+        CAPTURE(grain);
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> pieces{0}, short_pieces{0};
+        parallel::for_range(n, grain, [&](std::size_t b, std::size_t e) {
+          ++pieces;
+          if (e - b < grain && e - b != n) ++short_pieces;
+          for (std::size_t i = b; i < e; ++i) ++hits[i];
+        });
+        int wrong = 0;
+        for (auto& h : hits) wrong += h.load() != 1;
+        CHECK(wrong == 0);
+        CHECK(short_pieces.load() == 0);
+        CHECK(pieces.load() <= threads);
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel::for_range rethrows a piece's exception and stays usable; nested calls run inline") {
+  ThreadsScope scope(2);
+  CHECK_THROWS_WITH_AS(parallel::for_range(1000, 1,
+                                           [](std::size_t b, std::size_t) {
+                                             if (b > 0) throw std::runtime_error("piece failed");
+                                           }),
+                       "piece failed", std::runtime_error);
+  std::atomic<long> total{0};
+  parallel::for_range(1000, 1, [&](std::size_t b, std::size_t e) {
+    parallel::for_range(e - b, 1, [&](std::size_t bb, std::size_t ee) { total += long(ee - bb); });
+  });
+  CHECK(total.load() == 1000);
+  CHECK_THROWS_AS(parallel::set_threads(0), std::invalid_argument);
+}
+
+TEST_CASE("blas::gemm split across threads equals the definition (rows, columns and inner dimension)") {
+  ThreadsScope scope(2);
+  // shapes that take each split: tall op(A), wide op(B), long inner dimension, and one too small to split
+  struct Case {
+    std::size_t m, n, k;
+  };
+  for (Case s : {Case{515, 17, 300}, Case{9, 700, 400}, Case{13, 11, 20001}, Case{3, 4, 5}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      CAPTURE(s.m);
+      CAPTURE(s.n);
+      CAPTURE(s.k);
+      CAPTURE(ta);
+      CAPTURE(tb);
+      std::vector<double> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, 1.0);
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = double((i * 7919) % 101) / 50.0 - 1.0;
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = double((i * 104729) % 103) / 51.0 - 1.0;
+      std::vector<double> want = naive_gemm(ta, tb, s.m, s.n, s.k, a, b);
+      blas::gemm<double>(ta, tb, s.m, s.n, s.k, 2.0, a.data(), b.data(), 0.5, c.data());  // 2 AB + 0.5 C
+      double worst = 0;
+      for (std::size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(c[i] - (2.0 * want[i] + 0.5)));
+      CHECK(worst < 1e-9 * double(s.k));
+      std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(s.m * s.n);
+      blas::gemm<float>(ta, tb, s.m, s.n, s.k, 1.0f, af.data(), bf.data(), 0.0f, cf.data());
+      double worst_f = 0;
+      for (std::size_t i = 0; i < cf.size(); ++i) worst_f = std::max(worst_f, std::abs(double(cf[i]) - want[i]));
+      CHECK(worst_f < 1e-5 * double(s.k));
+    }
+  }
+}
