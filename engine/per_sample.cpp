@@ -8,9 +8,17 @@
 #include <string>
 
 #include "engine/blas.hpp"
+#include "engine/parallel.hpp"
 
 namespace dpgrad {
 namespace {
+
+/// Runs f(i0, i1) over pieces of samples on the engine's threads; each piece
+/// keeps its own scratch, and every result is written by the sample's own piece.
+template <class F>
+void for_samples(std::size_t batch, F&& f) {
+  parallel::for_range(batch, 1, f);
+}
 
 template <class T>
 struct UseView {  // one use seen as per-sample blocks
@@ -186,11 +194,13 @@ void bias_gradient(const std::vector<UseView<T>>& vs, std::size_t i, std::size_t
 template <class T>
 ArrayT<T> bias_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t p) {
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  std::vector<T> acc(p);
-  for (std::size_t i = 0; i < batch; ++i) {
-    bias_gradient(vs, i, p, acc.data());
-    r.data()[i] = sq_norm(acc.data(), p);
-  }
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    std::vector<T> acc(p);
+    for (std::size_t i = i0; i < i1; ++i) {
+      bias_gradient(vs, i, p, acc.data());
+      r.data()[i] = sq_norm(acc.data(), p);
+    }
+  });
   return r;
 }
 
@@ -198,11 +208,13 @@ ArrayT<T> bias_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::
 template <class T>
 ArrayT<T> gather_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t vocab, std::size_t p) {
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  SampleRows<T> rows(vs, vocab, p);
-  for (std::size_t i = 0; i < batch; ++i) {
-    rows.load(i);
-    r.data()[i] = sq_norm(rows.rows(), rows.count() * p);
-  }
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    SampleRows<T> rows(vs, vocab, p);
+    for (std::size_t i = i0; i < i1; ++i) {
+      rows.load(i);
+      r.data()[i] = sq_norm(rows.rows(), rows.count() * p);
+    }
+  });
   return r;
 }
 
@@ -211,20 +223,23 @@ ArrayT<T> gather_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std
 template <class T>
 ArrayT<T> matmul_ghost_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p) {
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  StackedSample<T> s(vs, d, p);
-  const std::size_t n = s.steps();
+  std::size_t n = 0;
+  for (const auto& v : vs) n += v.steps;
   if (vs.size() == 1 && n == 1) {  // one step: ||a_i||^2 ||delta_i||^2
     for (std::size_t i = 0; i < batch; ++i)
       r.data()[i] = sq_norm(vs[0].a + i * d, d) * sq_norm(vs[0].delta + i * p, p);
     return r;
   }
-  std::vector<T> ga(n * n), gd(n * n);
-  for (std::size_t i = 0; i < batch; ++i) {
-    s.load(i);
-    blas::gemm<T>(false, true, n, n, d, T(1), s.a(), s.a(), T(0), ga.data());
-    blas::gemm<T>(false, true, n, n, p, T(1), s.delta(), s.delta(), T(0), gd.data());
-    r.data()[i] = dot(ga.data(), gd.data(), n * n);
-  }
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    StackedSample<T> s(vs, d, p);
+    std::vector<T> ga(n * n), gd(n * n);
+    for (std::size_t i = i0; i < i1; ++i) {
+      s.load(i);
+      blas::gemm<T>(false, true, n, n, d, T(1), s.a(), s.a(), T(0), ga.data());
+      blas::gemm<T>(false, true, n, n, p, T(1), s.delta(), s.delta(), T(0), gd.data());
+      r.data()[i] = dot(ga.data(), gd.data(), n * n);
+    }
+  });
   return r;
 }
 
@@ -233,13 +248,15 @@ template <class T>
 ArrayT<T> matmul_materialised_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d,
                                     std::size_t p) {
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  StackedSample<T> s(vs, d, p);
-  std::vector<T> gi(d * p);
-  for (std::size_t i = 0; i < batch; ++i) {
-    s.load(i);
-    s.gradient(gi.data());
-    r.data()[i] = sq_norm(gi.data(), d * p);
-  }
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    StackedSample<T> s(vs, d, p);
+    std::vector<T> gi(d * p);
+    for (std::size_t i = i0; i < i1; ++i) {
+      s.load(i);
+      s.gradient(gi.data());
+      r.data()[i] = sq_norm(gi.data(), d * p);
+    }
+  });
   return r;
 }
 
@@ -263,7 +280,9 @@ ArrayT<T> PerSampleGradients<T>::norms_squared() const {
       r.data()[i] = sq_norm(rows.data() + offsets[i] * p, (offsets[i + 1] - offsets[i]) * p);
   } else {
     const std::size_t n = numel(param_shape);
-    for (std::size_t i = 0; i < batch; ++i) r.data()[i] = sq_norm(dense.data() + i * n, n);
+    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) r.data()[i] = sq_norm(dense.data() + i * n, n);
+    });
   }
   return r;
 }
@@ -355,14 +374,19 @@ PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, st
   s.insert(s.end(), r.param_shape.begin(), r.param_shape.end());
   r.dense = ArrayT<T>::from_shape(s);  // every G_i is overwritten whole
   const std::size_t block = numel(r.param_shape);
+  T* dense = r.dense.data();
   if (kind_of(g) == UseKind::bias) {
-    for (std::size_t i = 0; i < batch; ++i) bias_gradient(vs, i, p, r.dense.data() + i * block);
+    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) bias_gradient(vs, i, p, dense + i * block);
+    });
   } else {
-    StackedSample<T> st(vs, d, p);
-    for (std::size_t i = 0; i < batch; ++i) {
-      st.load(i);
-      st.gradient(r.dense.data() + i * block);
-    }
+    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+      StackedSample<T> st(vs, d, p);
+      for (std::size_t i = i0; i < i1; ++i) {
+        st.load(i);
+        st.gradient(dense + i * block);
+      }
+    });
   }
   return r;
 }
@@ -390,11 +414,14 @@ ArrayT<T> weighted_gradient_sum(const ParamUses<T>& g, const ArrayT<T>& c) {
         const std::size_t rows = batch * v.steps, block = v.steps * w;
         scaled.resize(rows * w);
         const T* src = scale_a ? v.a : v.delta;
-        for (std::size_t i = 0; i < batch; ++i) {
-          const T* x = src + i * block;
-          T* y = scaled.data() + i * block;
-          for (std::size_t k = 0; k < block; ++k) y[k] = ci[i] * x[k];
-        }
+        T* dst = scaled.data();
+        for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+          for (std::size_t i = i0; i < i1; ++i) {
+            const T* x = src + i * block;
+            T* y = dst + i * block;
+            for (std::size_t k = 0; k < block; ++k) y[k] = ci[i] * x[k];
+          }
+        });
         blas::gemm<T>(true, false, d, p, rows, T(1), scale_a ? scaled.data() : v.a,
                       scale_a ? v.delta : scaled.data(), T(1), out.data());
       }
