@@ -1,11 +1,14 @@
 // GEMM shapes of the benchmark models and the reference sgemm loop.
 #include "bench/bench_gemm.hpp"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
 #include "engine/blas.hpp"
+#include "engine/parallel.hpp"
 
 namespace dpgrad::bench {
 
@@ -50,7 +53,7 @@ double total_flops(const std::vector<GemmShape>& gemms) {
   return f;
 }
 
-double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds) {
+double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds, bool openblas_threads) {
   if (gemms.empty()) return 0;
   std::size_t a_max = 0, b_max = 0, c_max = 0;
   for (const auto& s : gemms) {
@@ -65,9 +68,23 @@ double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds) {
     auto t0 = std::chrono::steady_clock::now();
     for (const auto& s : gemms)
       for (std::size_t r = 0; r < s.count; ++r)
-        blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), bm.data(), 0.0f, c.data());
+        if (openblas_threads)
+          cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+                      int(s.m), int(s.n), int(s.k), 1.0f, a.data(), s.trans_a ? int(s.m) : int(s.k), bm.data(),
+                      s.trans_b ? int(s.k) : int(s.n), 0.0f, c.data(), int(s.n));
+        else
+          blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), bm.data(), 0.0f, c.data());
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  struct OpenblasThreads {  // OpenBLAS's own threads for this measurement, then one again (the engine's setting)
+    bool on;
+    explicit OpenblasThreads(bool o) : on(o) {
+      if (on) openblas_set_num_threads(parallel::threads());
+    }
+    ~OpenblasThreads() {
+      if (on) openblas_set_num_threads(1);
+    }
+  } threads_scope(openblas_threads);
   pass();  // warm-up: OpenBLAS buffers, threads, page faults
   std::vector<double> times;
   double spent = 0;

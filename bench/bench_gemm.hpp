@@ -1,6 +1,6 @@
 // The matrix products of one non-private training step of each benchmark
-// model, counted analytically from its layer shapes, and a plain OpenBLAS loop
-// over the same shapes: what the step's GEMMs could reach on this machine.
+// model, counted analytically from its layer shapes, and loops over the same
+// shapes: what the step's GEMMs could reach on this machine.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +28,10 @@ std::vector<GemmShape> step_gemms(const std::string& model, std::size_t batch, s
 
 double total_flops(const std::vector<GemmShape>& gemms);
 
-/// Seconds per pass over `gemms` with plain blas::gemm on preallocated buffers
-/// (median over passes, at least `min_seconds` of passes in all).
-double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds = 0.5);
+/// Seconds per pass over `gemms` on preallocated buffers (median over passes,
+/// at least `min_seconds` of passes in all): through the engine's blas::gemm
+/// (split over the engine's threads), or with `openblas_threads` as one plain
+/// cblas_sgemm call each with OpenBLAS running as many threads itself.
+double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds = 0.5, bool openblas_threads = false);
 
 }  // namespace dpgrad::bench

@@ -45,11 +45,14 @@ void split_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T
   const std::size_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
   const std::size_t t = std::size_t(parallel::threads());
   if (t < 2 || m * n * k < kSplitWork) return raw_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (m >= t * kMinRows && m >= n) {  // rows of C and of op(A)
+  // a long inner dimension against a small C (weight gradients x^T dy): split it,
+  // each thread reading its own rows of both inputs once
+  const bool deep = k >= 8 * std::max(m, n) && k >= t * kMinDepth;
+  if (!deep && m >= t * kMinRows && m >= n) {  // rows of C and of op(A)
     parallel::for_range(m, kMinRows, [&](std::size_t r0, std::size_t r1) {
       raw_gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b, ldb, beta, c + r0 * ldc, ldc);
     });
-  } else if (n >= t * kMinRows) {  // columns of C and of op(B)
+  } else if (!deep && n >= t * kMinRows) {  // columns of C and of op(B)
     parallel::for_range(n, kMinRows, [&](std::size_t c0, std::size_t c1) {
       raw_gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + c0, ldc);
     });

@@ -9,6 +9,7 @@
 
 #include "engine/blas.hpp"
 #include "engine/parallel.hpp"
+#include "engine/runtime.hpp"
 
 namespace dpgrad {
 namespace {
@@ -273,6 +274,7 @@ void check_kinds(const ParamUses<T>& g) {
 
 template <class T>
 ArrayT<T> PerSampleGradients<T>::norms_squared() const {
+  profile::Scope timed("per-sample norms");
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
   if (sparse) {
     const std::size_t p = param_shape.back();
@@ -289,6 +291,7 @@ ArrayT<T> PerSampleGradients<T>::norms_squared() const {
 
 template <class T>
 ArrayT<T> PerSampleGradients<T>::weighted_sum(const ArrayT<T>& c) const {
+  profile::Scope timed("weighted sum");
   if (c.size() != batch)
     throw std::invalid_argument("weighted_sum: " + std::to_string(c.size()) + " weights for " +
                                 std::to_string(batch) + " per-sample gradients");
@@ -332,6 +335,7 @@ NormMethod cheaper_norm_method(const ParamUses<T>& g) {
 
 template <class T>
 ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, NormMethod method) {
+  profile::Scope timed("per-sample norms");
   check_kinds(g);
   std::size_t d = 0, p = 0;
   auto vs = views(g, batch, d, p);
@@ -348,6 +352,7 @@ ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, Nor
 
 template <class T>
 PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
+  profile::Scope timed("per-sample grads");
   check_kinds(g);
   std::size_t d = 0, p = 0;
   auto vs = views(g, batch, d, p);
@@ -398,6 +403,7 @@ ArrayT<T> per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
 
 template <class T>
 ArrayT<T> weighted_gradient_sum(const ParamUses<T>& g, const ArrayT<T>& c) {
+  profile::Scope timed("weighted sum");
   check_kinds(g);
   std::size_t batch = c.size(), d = 0, p = 0;
   auto vs = views(g, batch, d, p);

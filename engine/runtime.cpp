@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -39,6 +40,7 @@ const char* phase_name(Phase p) {
     case Phase::forward: return "forward";
     case Phase::jvp: return "jvp";
     case Phase::vjp: return "vjp";
+    case Phase::step: return "-";
   }
   return "?";
 }
@@ -56,7 +58,7 @@ struct Table {
     std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
     long long total = 0;
     for (const auto& r : v) total += r.second.ns;
-    std::string out = "dpgrad profile (DPGRAD_PROFILE): time inside op rules\n";
+    std::string out = "dpgrad profile (DPGRAD_PROFILE): time inside op rules and per-sample steps\n";
     char line[160];
     std::snprintf(line, sizeof line, "  %-16s %-8s %10s %12s %7s\n", "op", "phase", "calls", "total ms", "share");
     out += line;
@@ -98,6 +100,21 @@ std::string report() {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);
   return t.report_locked();
+}
+
+namespace {
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Scope::Scope(const char* name) : name_(name) {
+  if (enabled()) start_ns_ = now_ns();
+}
+
+Scope::~Scope() {
+  if (start_ns_ >= 0) add(name_, Phase::step, now_ns() - start_ns_);
 }
 
 void reset() {

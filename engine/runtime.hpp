@@ -26,8 +26,8 @@ namespace dpgrad::profile {
 /// per op application.
 bool enabled();
 
-/// Phases of an op application.
-enum class Phase { forward, jvp, vjp };
+/// Phases of an op application; `step` for other timed work (per-sample rules).
+enum class Phase { forward, jvp, vjp, step };
 
 /// Adds `ns` nanoseconds to (op, phase). Only called when enabled().
 void add(const char* op, Phase phase, long long ns);
@@ -37,5 +37,18 @@ std::string report();
 
 /// Forgets what was timed so far (e.g. after warm-up steps).
 void reset();
+
+/// Times its own lifetime as (name, Phase::step) when profiling is on.
+class Scope {
+ public:
+  explicit Scope(const char* name);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  const char* name_;
+  long long start_ns_ = -1;
+};
 
 }  // namespace dpgrad::profile
