@@ -32,10 +32,42 @@ using detail::broadcast_tangent;
 using detail::unbroadcast;
 
 /// `x` broadcast to `shape` as a contiguous array (a copy only when needed).
+/// Plain loops: the innermost run of axes that x does not broadcast is copied
+/// whole, and a broadcast innermost axis repeats one value (an LSTM's (B, 1)
+/// padding mask against (B, H) states).
 template <class T>
 ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
-  if (shape_of(x) == shape) return x;
-  return xt::broadcast(x, shape);
+  Shape xs = shape_of(x);
+  if (xs == shape) return x;
+  const std::size_t nd = shape.size(), lead = nd - xs.size();
+  std::vector<std::size_t> stride(nd, 0);  // x's stride along each output axis, 0 where broadcast
+  for (std::size_t i = nd, s = 1; i-- > lead;) {
+    const std::size_t len = xs[i - lead];
+    stride[i] = len == 1 ? 0 : s;
+    s *= len;
+  }
+  ArrayT<T> r = ArrayT<T>::from_shape(shape);
+  if (r.size() == 0) return r;
+  // the output as (outer index, inner run): the run is either the trailing
+  // broadcast axes (one value repeated) or the trailing axes x has whole (a copy)
+  std::size_t repeat = 1, inner = 1, axis = nd;
+  while (axis > 0 && stride[axis - 1] == 0) repeat *= shape[--axis];
+  if (repeat == 1)
+    while (axis > 0 && stride[axis - 1] == inner && shape[axis - 1] != 1) inner *= shape[--axis];
+  const std::size_t run = repeat * inner;
+  const T* src = x.data();
+  T* dst = r.data();
+  std::vector<std::size_t> idx(axis, 0);
+  for (std::size_t o = 0, outer = r.size() / run; o < outer; ++o, dst += run) {
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < axis; ++i) off += idx[i] * stride[i];
+    if (repeat > 1) std::fill_n(dst, repeat, src[off]);
+    else std::copy_n(src + off, inner, dst);
+    for (std::size_t i = axis; i-- > 0;)  // next outer index
+      if (++idx[i] < shape[i]) break;
+      else idx[i] = 0;
+  }
+  return r;
 }
 
 enum class Binary { add, sub, mul };

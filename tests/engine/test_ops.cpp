@@ -41,6 +41,22 @@ TEST_CASE("ops: elementwise binary ops with broadcasting") {
   }
 }
 
+TEST_CASE("ops: broadcast values equal xtensor's broadcasting") {
+  FastRng rng(14);
+  NoRecordScope<double> none;
+  struct Case { Shape a, b; };
+  for (auto c : {Case{{3, 1}, {3, 4}}, Case{{2, 1, 3}, {4, 1}}, Case{{5}, {2, 5}}, Case{{1, 3}, {4, 2, 1}},
+                 Case{{2, 3, 1, 1}, {1, 3, 4, 5}}, Case{{1}, {2, 3}}, Case{{2, 1, 4}, {2, 3, 1}}, Case{{0, 3}, {1, 3}}}) {
+    CAPTURE(shape_str(c.a));
+    CAPTURE(shape_str(c.b));
+    A a = randn<double>(c.a, rng), b = randn<double>(c.b, rng);
+    A sum_want = a + b, prod_want = a * b, diff_want = b - a;
+    DPGRAD_CHECK_CLOSE(add(D(a), D(b)).value(), sum_want, 0.0);
+    DPGRAD_CHECK_CLOSE(mul(D(a), D(b)).value(), prod_want, 0.0);
+    DPGRAD_CHECK_CLOSE(sub(D(b), D(a)).value(), diff_want, 0.0);
+  }
+}
+
 TEST_CASE("ops: elementwise unary ops") {
   FastRng rng(12);
   for (Shape s : {Shape{1, 3}, Shape{4, 7}, Shape{2, 3, 2}}) {
