@@ -30,7 +30,7 @@ void check_lengths(const std::vector<std::int32_t>& lengths, std::size_t B, std:
 template <class T>
 GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const TensorT<T>& w_hh,
                            const TensorT<T>& b_ih, const TensorT<T>& b_hh, const std::vector<std::int32_t>& lengths,
-                           bool reverse) {
+                           bool reverse, bool keep_states) {
   if (!x.defined() || !w_ih.defined() || !w_hh.defined() || !b_ih.defined() || !b_hh.defined())
     throw std::invalid_argument("gru: x and all weights must be defined");
   const Shape xs = x.shape(), ws = w_hh.shape();
@@ -52,7 +52,7 @@ GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const Te
   const std::size_t steps = std::size_t(*std::max_element(lengths.begin(), lengths.end()));
   const TensorT<T> proj = linear(steps < L ? slice(x, 1, 0, steps) : x, w_ih, b_ih);  // (B, steps, 3H)
 
-  std::vector<TensorT<T>> states(L);
+  std::vector<TensorT<T>> states(keep_states ? L : 0);  // held only when asked for (their tangents too)
   // h_0 = 0 still goes through linear at the first step: b_hh must reach the
   // loss only through a parametric op, or its per-sample uses would be missing.
   TensorT<T> h = constant<T>(xt::zeros<T>({B, H}));  // (B, H)
@@ -72,15 +72,16 @@ GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const Te
       if (t < std::size_t(lengths[i])) m(i, 0) = T(1), ++active;
     if (active == B) {  // no padding at this step: plain update
       h = h_new;
-      states[t] = h;
+      if (keep_states) states[t] = h;
     } else {
       const TensorT<T> mask = constant<T>(m);
       const TensorT<T> keep = constant<T>(ArrayT<T>(T(1) - m));
       h = add(mul(mask, h_new), mul(keep, h));
       // Reverse: a padded sample has not started yet, so its state is still 0.
-      states[t] = reverse ? h : mul(mask, h);
+      if (keep_states) states[t] = reverse ? h : mul(mask, h);
     }
   }
+  if (!keep_states) return {TensorT<T>(), h};
   for (std::size_t t = steps; t < L; ++t) states[t] = constant<T>(xt::zeros<T>({B, H}));
   return {stack(states, 1), h};
 }
@@ -97,8 +98,8 @@ GruT<T>::GruT(std::size_t input, std::size_t hidden, Rng& rng, const std::string
 
 template <class T>
 typename GruT<T>::Output GruT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths,
-                                          bool reverse) {
-  return gru_sequence(x, w_ih_, w_hh_, b_ih_, b_hh_, lengths, reverse);
+                                          bool reverse, bool keep_states) {
+  return gru_sequence(x, w_ih_, w_hh_, b_ih_, b_hh_, lengths, reverse, keep_states);
 }
 
 template <class T>
@@ -111,10 +112,11 @@ BiGruT<T>::BiGruT(std::size_t input, std::size_t hidden, Rng& rng, const std::st
     : fwd_(input, hidden, rng, name + ".forward"), bwd_(input, hidden, rng, name + ".backward") {}
 
 template <class T>
-typename BiGruT<T>::Output BiGruT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths) {
-  GruOutputT<T> f = fwd_.forward(x, lengths, false);
-  GruOutputT<T> r = bwd_.forward(x, lengths, true);
-  return {concat<T>({f.states, r.states}, 2), concat<T>({f.final, r.final}, 1)};
+typename BiGruT<T>::Output BiGruT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths,
+                                              bool keep_states) {
+  GruOutputT<T> f = fwd_.forward(x, lengths, false, keep_states);
+  GruOutputT<T> r = bwd_.forward(x, lengths, true, keep_states);
+  return {keep_states ? concat<T>({f.states, r.states}, 2) : TensorT<T>(), concat<T>({f.final, r.final}, 1)};
 }
 
 template <class T>
@@ -126,10 +128,10 @@ std::vector<TensorT<T>> BiGruT<T>::parameters() const {
 
 template GruOutputT<float> gru_sequence(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&,
                                         const TensorT<float>&, const TensorT<float>&, const std::vector<std::int32_t>&,
-                                        bool);
+                                        bool, bool);
 template GruOutputT<double> gru_sequence(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
                                          const TensorT<double>&, const TensorT<double>&,
-                                         const std::vector<std::int32_t>&, bool);
+                                         const std::vector<std::int32_t>&, bool, bool);
 template class GruT<float>;
 template class GruT<double>;
 template class BiGruT<float>;

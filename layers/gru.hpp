@@ -15,7 +15,7 @@ namespace dpgrad {
 /// Output of one GRU direction over a padded batch.
 template <class T>
 struct GruOutputT {
-  TensorT<T> states;  // (B, L, H) hidden state at every step, 0 at padded steps
+  TensorT<T> states;  // (B, L, H) hidden state at every step, 0 at padded steps; undefined unless kept
   TensorT<T> final;   // (B, H) hidden state after each sequence's own last token
 };
 
@@ -29,10 +29,12 @@ struct GruOutputT {
 /// starting at zero. reverse runs t = L-1 .. 0, so each sequence starts at its
 /// own last token. W_ih, W_hh are PyTorch's weight_ih, weight_hh transposed.
 /// x: (B, L, d), w_ih: (d, 3H), w_hh: (H, 3H), b_ih: (3H), b_hh: (3H); lengths (B) in [1, L].
+/// keep_states = false leaves `states` undefined: a caller that reads only the
+/// final state (a classifier) then holds no per-step states, nor their tangents.
 template <class T>
 GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const TensorT<T>& w_hh,
                            const TensorT<T>& b_ih, const TensorT<T>& b_hh, const std::vector<std::int32_t>& lengths,
-                           bool reverse = false);
+                           bool reverse = false, bool keep_states = true);
 
 /// One GRU direction. Weights and both biases U(-1/sqrt(H), 1/sqrt(H)) as in PyTorch.
 template <class T>
@@ -42,7 +44,8 @@ class GruT final : public ModuleT<T> {
   using Output = GruOutputT<T>;
   /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
   /// sequence's own last token back to 0.
-  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool reverse = false);
+  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool reverse = false,
+                 bool keep_states = true);
   /// {w_ih (input, 3H), w_hh (H, 3H), b_ih (3H), b_hh (3H)}
   std::vector<TensorT<T>> parameters() const override;
   std::size_t input_size() const { return input_; }
@@ -59,12 +62,12 @@ class BiGruT final : public ModuleT<T> {
  public:
   BiGruT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "bigru");
   struct Output {
-    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps)
+    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps); undefined unless kept
     TensorT<T> final;   // (B, 2H): [forward final, backward final]
   };
   /// x (B, L, input); lengths (B) in [1, L]. The backward final state is the
   /// state after reading each sequence from its own last token down to 0.
-  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths);
+  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool keep_states = true);
   /// The forward direction's {w_ih, w_hh, b_ih, b_hh}, then the backward direction's.
   std::vector<TensorT<T>> parameters() const override;
   std::size_t hidden_size() const { return fwd_.hidden_size(); }

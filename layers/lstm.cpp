@@ -35,7 +35,7 @@ void check_lengths(const std::vector<std::int32_t>& lengths, std::size_t B, std:
 
 template <class T>
 LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const TensorT<T>& w_hh,
-                             const TensorT<T>& b, const std::vector<std::int32_t>& lengths, bool reverse) {
+                             const TensorT<T>& b, const std::vector<std::int32_t>& lengths, bool reverse, bool keep_states) {
   if (!x.defined() || !w_ih.defined() || !w_hh.defined() || !b.defined())
     throw std::invalid_argument("lstm: x and all weights must be defined");
   const Shape xs = x.shape(), ws = w_hh.shape();
@@ -57,7 +57,7 @@ LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const 
   const std::size_t steps = std::size_t(*std::max_element(lengths.begin(), lengths.end()));
   const TensorT<T> proj = linear(steps < L ? slice(x, 1, 0, steps) : x, w_ih, b);  // (B, steps, 4H)
 
-  std::vector<TensorT<T>> states(L);
+  std::vector<TensorT<T>> states(keep_states ? L : 0);  // held only when asked for (their tangents too)
   TensorT<T> h, c;  // (B, H); undefined while every sample's state is still zero
   for (std::size_t s = 0; s < steps; ++s) {
     const std::size_t t = reverse ? steps - 1 - s : s;
@@ -78,21 +78,22 @@ LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const 
     if (active == B) {  // no padding at this step: plain update
       h = h_new;
       c = c_new;
-      states[t] = h;
+      if (keep_states) states[t] = h;
     } else if (!h.defined()) {  // previous state zero: h = m h_new
       const TensorT<T> mask = constant<T>(m);
       h = mul(mask, h_new);
       c = mul(mask, c_new);
-      states[t] = h;
+      if (keep_states) states[t] = h;
     } else {
       const TensorT<T> mask = constant<T>(m);
       const TensorT<T> keep = constant<T>(ArrayT<T>(T(1) - m));
       h = add(mul(mask, h_new), mul(keep, h));
       c = add(mul(mask, c_new), mul(keep, c));
       // Reverse: a padded sample has not started yet, so its state is still 0.
-      states[t] = reverse ? h : mul(mask, h);
+      if (keep_states) states[t] = reverse ? h : mul(mask, h);
     }
   }
+  if (!keep_states) return {TensorT<T>(), h};
   for (std::size_t t = steps; t < L; ++t) states[t] = constant<T>(xt::zeros<T>({B, H}));
   return {stack(states, 1), h};
 }
@@ -108,8 +109,8 @@ LstmT<T>::LstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::stri
 
 template <class T>
 typename LstmT<T>::Output LstmT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths,
-                                            bool reverse) {
-  return lstm_sequence(x, w_ih_, w_hh_, b_, lengths, reverse);
+                                            bool reverse, bool keep_states) {
+  return lstm_sequence(x, w_ih_, w_hh_, b_, lengths, reverse, keep_states);
 }
 
 template <class T>
@@ -122,10 +123,11 @@ BiLstmT<T>::BiLstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::
     : fwd_(input, hidden, rng, name + ".forward"), bwd_(input, hidden, rng, name + ".backward") {}
 
 template <class T>
-typename BiLstmT<T>::Output BiLstmT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths) {
-  LstmOutputT<T> f = fwd_.forward(x, lengths, false);
-  LstmOutputT<T> r = bwd_.forward(x, lengths, true);
-  return {concat<T>({f.states, r.states}, 2), concat<T>({f.final, r.final}, 1)};
+typename BiLstmT<T>::Output BiLstmT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths,
+                                                bool keep_states) {
+  LstmOutputT<T> f = fwd_.forward(x, lengths, false, keep_states);
+  LstmOutputT<T> r = bwd_.forward(x, lengths, true, keep_states);
+  return {keep_states ? concat<T>({f.states, r.states}, 2) : TensorT<T>(), concat<T>({f.final, r.final}, 1)};
 }
 
 template <class T>
@@ -136,9 +138,9 @@ std::vector<TensorT<T>> BiLstmT<T>::parameters() const {
 }
 
 template LstmOutputT<float> lstm_sequence(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&,
-                                          const TensorT<float>&, const std::vector<std::int32_t>&, bool);
+                                          const TensorT<float>&, const std::vector<std::int32_t>&, bool, bool);
 template LstmOutputT<double> lstm_sequence(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
-                                           const TensorT<double>&, const std::vector<std::int32_t>&, bool);
+                                           const TensorT<double>&, const std::vector<std::int32_t>&, bool, bool);
 template class LstmT<float>;
 template class LstmT<double>;
 template class BiLstmT<float>;

@@ -14,7 +14,7 @@ namespace dpgrad {
 /// Output of one LSTM direction over a padded batch.
 template <class T>
 struct LstmOutputT {
-  TensorT<T> states;  // (B, L, H) hidden state at every step, 0 at padded steps
+  TensorT<T> states;  // (B, L, H) hidden state at every step, 0 at padded steps; undefined unless kept
   TensorT<T> final;   // (B, H) hidden state after each sequence's own last token
 };
 
@@ -27,9 +27,11 @@ struct LstmOutputT {
 /// with mask m_t = [t < length] per sample and h, c starting at zero. reverse
 /// runs t = L-1 .. 0, so each sequence starts at its own last token.
 /// x: (B, L, d), w_ih: (d, 4H), w_hh: (H, 4H), b: (4H); lengths (B) in [1, L].
+/// keep_states = false leaves `states` undefined: a caller that reads only the
+/// final state (a classifier) then holds no per-step states, nor their tangents.
 template <class T>
 LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const TensorT<T>& w_hh,
-                             const TensorT<T>& b, const std::vector<std::int32_t>& lengths, bool reverse = false);
+                             const TensorT<T>& b, const std::vector<std::int32_t>& lengths, bool reverse = false, bool keep_states = true);
 
 /// One LSTM direction. Weights U(-1/sqrt(H), 1/sqrt(H)) as in PyTorch; the
 /// single bias (PyTorch keeps two, b_ih + b_hh) is drawn from the same
@@ -41,7 +43,8 @@ class LstmT final : public ModuleT<T> {
   using Output = LstmOutputT<T>;
   /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
   /// sequence's own last token back to 0.
-  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool reverse = false);
+  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool reverse = false,
+                 bool keep_states = true);
   /// {w_ih (input, 4H), w_hh (H, 4H), b (4H)}
   std::vector<TensorT<T>> parameters() const override;
   std::size_t input_size() const { return input_; }
@@ -58,12 +61,12 @@ class BiLstmT final : public ModuleT<T> {
  public:
   BiLstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "bilstm");
   struct Output {
-    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps)
+    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps); undefined unless kept
     TensorT<T> final;   // (B, 2H): [forward final, backward final]
   };
   /// x (B, L, input); lengths (B) in [1, L]. The backward final state is the
   /// state after reading each sequence from its own last token down to 0.
-  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths);
+  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool keep_states = true);
   /// The forward direction's {w_ih, w_hh, b}, then the backward direction's.
   std::vector<TensorT<T>> parameters() const override;
   std::size_t hidden_size() const { return fwd_.hidden_size(); }

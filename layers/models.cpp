@@ -94,7 +94,7 @@ class BiLstmClassifierT final : public ModelT<T> {
   TensorT<T> forward(const BatchT<T>& batch) override {
     const std::vector<std::int32_t> lengths = token_lengths(batch, name());
     TensorT<T> x = embedding_.forward(batch.tokens);    // (B, L, 64)
-    TensorT<T> h = lstm_.forward(x, lengths).final;     // (B, 128)
+    TensorT<T> h = lstm_.forward(x, lengths, false).final;  // (B, 128); per-step states not kept
     return dense2_.forward(relu(dense1_.forward(h)));  // (B, 2)
   }
   std::vector<TensorT<T>> parameters() const override {
@@ -137,7 +137,7 @@ class BiGruClassifierT final : public ModelT<T> {
   TensorT<T> forward(const BatchT<T>& batch) override {
     const std::vector<std::int32_t> lengths = token_lengths(batch, name());
     TensorT<T> x = embedding_.forward(batch.tokens);  // (B, L, embed)
-    TensorT<T> h = gru_.forward(x, lengths).final;    // (B, 2 hidden)
+    TensorT<T> h = gru_.forward(x, lengths, false).final;  // (B, 2 hidden); per-step states not kept
     return dense_.forward(h);                         // (B, classes)
   }
   std::vector<TensorT<T>> parameters() const override {

@@ -72,6 +72,9 @@ ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
 
 enum class Binary { add, sub, mul };
 
+// Elementwise kernels split across the engine's threads in pieces of at least this many values.
+constexpr std::size_t kElementGrain = 1 << 15;
+
 template <class T>
 struct BinaryOp final : Op<T> {
   Binary kind;
@@ -79,18 +82,27 @@ struct BinaryOp final : Op<T> {
   explicit BinaryOp(Binary k) : kind(k) {}
   const char* name() const override { return kind == Binary::add ? "add" : kind == Binary::sub ? "sub" : "mul"; }
 
+  /// r[i] = a[i] op b[i] over [0, n), in parallel pieces.
+  void combine(const T* a, const T* b, T* r, std::size_t n) const {
+    parallel::for_range(n, kElementGrain, [&](std::size_t i0, std::size_t i1) {
+      switch (kind) {
+        case Binary::add: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] + b[i]; break;
+        case Binary::sub: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] - b[i]; break;
+        case Binary::mul: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] * b[i]; break;
+      }
+    });
+  }
+
   ArrayT<T> forward(Values<T> x) override {
     out_shape = detail::broadcast_shapes(shape_of(*x[0]), shape_of(*x[1]), name());
-    ArrayT<T> a = expand(*x[0], out_shape), b = expand(*x[1], out_shape);
-    T* pa = a.data();
-    const T* pb = b.data();
-    const std::size_t n = a.size();
-    switch (kind) {
-      case Binary::add: for (std::size_t i = 0; i < n; ++i) pa[i] += pb[i]; break;
-      case Binary::sub: for (std::size_t i = 0; i < n; ++i) pa[i] -= pb[i]; break;
-      case Binary::mul: for (std::size_t i = 0; i < n; ++i) pa[i] *= pb[i]; break;
+    ArrayT<T> r = ArrayT<T>::from_shape(out_shape);
+    if (shape_of(*x[0]) == out_shape && shape_of(*x[1]) == out_shape) {
+      combine(x[0]->data(), x[1]->data(), r.data(), r.size());
+    } else {
+      ArrayT<T> a = expand(*x[0], out_shape), b = expand(*x[1], out_shape);
+      combine(a.data(), b.data(), r.data(), r.size());
     }
-    return a;
+    return r;
   }
   /// d out / d input `which`, times dout, still in the output's shape.
   ArrayT<T> scaled(const ArrayT<T>& dout, Values<T> x, int which) const {
@@ -107,10 +119,54 @@ struct BinaryOp final : Op<T> {
     return g;
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
-    for (int i = 0; i < 2; ++i)
-      if (dx[i]) dx[i].add(unbroadcast<T>(scaled(dout, x, i), shape_of(*x[i])));
+    for (int i = 0; i < 2; ++i) {
+      if (!dx[i]) continue;
+      if (shape_of(*x[i]) != out_shape || shape_of(*x[1 - i]) != out_shape) {  // broadcast: sum back down
+        dx[i].add(unbroadcast<T>(scaled(dout, x, i), shape_of(*x[i])));
+        continue;
+      }
+      // same shapes: straight into the gradient buffer, one pass
+      bool fresh;
+      ArrayT<T>& g = dx[i].buffer(fresh);
+      T* pg = g.data();
+      const T* pd = dout.data();
+      const T* po = x[1 - i]->data();
+      const T sign = kind == Binary::sub && i == 1 ? T(-1) : T(1);
+      const bool mul = kind == Binary::mul;
+      parallel::for_range(g.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t l = i0; l < i1; ++l) {
+          const T v = mul ? pd[l] * po[l] : sign * pd[l];
+          pg[l] = fresh ? v : pg[l] + v;
+        }
+      });
+    }
   }
-  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>&, std::size_t k) override {
+  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>& out, std::size_t k) override {
+    const std::size_t n = numel(out_shape);
+    if (shape_of(*x[0]) == out_shape && shape_of(*x[1]) == out_shape) {  // same shapes: one pass per tangent
+      ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, out_shape));
+      T* pr = r.data();
+      const T* ta = d[0] ? d[0]->data() : nullptr;
+      const T* tb = d[1] ? d[1]->data() : nullptr;
+      const T* pa = x[0]->data();
+      const T* pb = x[1]->data();
+      const T sb = kind == Binary::sub ? T(-1) : T(1);
+      const bool mul = kind == Binary::mul;
+      parallel::for_range(k * n, kElementGrain, [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t l = i0; l < i1;) {  // runs within one tangent: e is the primal's element
+          const std::size_t stop = std::min(i1, (l / n + 1) * n);
+          for (std::size_t e = l % n; l < stop; ++l, ++e) {
+            const T da = ta ? ta[l] : T(0), db = tb ? tb[l] : T(0);
+            pr[l] = mul ? da * pb[e] + pa[e] * db : da + sb * db;
+          }
+        }
+      });
+      return r;
+    }
+    return broadcast_jvp(x, d, k);
+  }
+  /// The general case: tangents broadcast to the output's shape, then combined.
+  ArrayT<T> broadcast_jvp(Values<T> x, Tangents<T> d, std::size_t k) const {
     ArrayT<T> r = xt::zeros<T>(detail::with_k(k, out_shape));
     const std::size_t n = numel(out_shape);
     T* pr = r.data();
