@@ -1,6 +1,6 @@
 // A small fixed pool: workers wait on a generation counter, spin briefly after
-// each job (the next op usually follows within microseconds), then sleep. Every
-// worker acknowledges every job, so none can skip one or see the next one's state.
+// each job (the next op usually follows within microseconds), then sleep. The
+// caller and the workers claim a job's pieces from one atomic ticket.
 #include "engine/parallel.hpp"
 
 #include <cblas.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -51,7 +52,7 @@ class Pool {
     size_ = n;
     stopping_ = false;
     const unsigned long start = generation_.load();  // read here: a worker may start after the first job
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, start] { work(i, start); });
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, start] { work(start); });
   }
 
   void run(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
@@ -61,24 +62,46 @@ class Pool {
     n_ = n;
     pieces_ = pieces;
     error_ = nullptr;
-    pending_.store(size_ - 1, std::memory_order_relaxed);  // every worker acknowledges every job
+    completed_.store(0, std::memory_order_relaxed);
+    const std::uint32_t gen = std::uint32_t(generation_.load(std::memory_order_relaxed) + 1);
+    ticket_.store(pack(gen, std::uint32_t(pieces), 0), std::memory_order_release);
     {
       std::lock_guard<std::mutex> lock(wake_mutex_);
       generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
-    run_piece(0);
-    // the other pieces are about as long as ours: spin (no system call) before yielding the core
-    for (int spin = 0; pending_.load(std::memory_order_acquire) > 0; ++spin)
-      if (spin < 50000) cpu_relax();
+    // The caller takes pieces too, so a worker that is asleep or has lost its
+    // core to another process never holds the job up: it finds nothing left.
+    claim_and_run(gen);
+    for (int spin = 0; completed_.load(std::memory_order_acquire) < pieces; ++spin)
+      if (spin < 50000) cpu_relax();  // a piece taken by a worker: about as long as ours
       else std::this_thread::yield();
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  // ticket_: generation (32 bits) | pieces (16 bits) | next unclaimed piece (16 bits).
+  // A piece is claimed by one compare-and-swap that also checks the generation,
+  // so a worker that wakes late can never claim a piece of a later job by mistake.
+  static std::uint64_t pack(std::uint32_t gen, std::uint32_t pieces, std::uint32_t next) {
+    return (std::uint64_t(gen) << 32) | (std::uint64_t(pieces) << 16) | next;
+  }
+
+  /// Claims and runs pieces of job `gen` until none is left.
+  void claim_and_run(std::uint32_t gen) {
+    std::uint64_t t = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      const std::uint32_t pieces = std::uint32_t(t >> 16) & 0xffff, next = std::uint32_t(t) & 0xffff;
+      if (std::uint32_t(t >> 32) != gen || next >= pieces) return;
+      if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      run_piece(next);  // the job cannot end before this piece is counted
+      completed_.fetch_add(1, std::memory_order_release);
+      t = ticket_.load(std::memory_order_acquire);
+    }
+  }
+
   void run_piece(std::size_t i) {
-    if (i >= pieces_) return;
     const std::size_t begin = n_ * i / pieces_, end = n_ * (i + 1) / pieces_;
     inside_piece = true;
     try {
@@ -90,7 +113,7 @@ class Pool {
     inside_piece = false;
   }
 
-  void work(int index, unsigned long seen) {
+  void work(unsigned long seen) {
     for (;;) {
       // spin a little: the next op's job usually comes within microseconds
       unsigned long now = seen;
@@ -107,8 +130,7 @@ class Pool {
         now = generation_.load(std::memory_order_acquire);
       }
       seen = now;
-      run_piece(std::size_t(index));  // nothing when this job has fewer pieces
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      claim_and_run(std::uint32_t(now));
     }
   }
 
@@ -127,7 +149,8 @@ class Pool {
   std::mutex run_mutex_, wake_mutex_, error_mutex_;
   std::condition_variable wake_;
   std::atomic<unsigned long> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> ticket_{0};
+  std::atomic<std::size_t> completed_{0};
   std::atomic<bool> stopping_{false};
   const std::function<void(std::size_t, std::size_t)>* job_ = nullptr;
   std::size_t n_ = 0, pieces_ = 0;
