@@ -446,14 +446,26 @@ FitRow search_max_batch(const Options& o, const std::string& model, const std::s
   co.quiet = true;
   bool unknown = false;                                   // a probe ran out of time: neither fits nor fails
   std::vector<std::pair<double, double>> fitted;          // (batch, peak bytes as the limit counts them)
-  std::pair<double, double> slowest{0, 0};               // (batch, seconds) of the longest probe so far
+  std::vector<std::pair<double, double>> timed;           // (batch, seconds) of every probe so far
+  // A probe's time: fixed costs (start-up, drawing JL directions for every
+  // parameter) plus a part that grows with the batch. Estimated by a line
+  // through the two largest probes (never falling), or in proportion after one.
+  auto probe_seconds = [&](double b) {
+    if (timed.empty()) return 0.0;
+    std::vector<std::pair<double, double>> t = timed;
+    std::sort(t.begin(), t.end());
+    const auto& [b2, s2] = t.back();
+    if (t.size() < 2 || t[t.size() - 2].first == b2) return s2 * b / b2;
+    const auto& [b1, s1] = t[t.size() - 2];
+    return s2 + std::max(0.0, (s2 - s1) / (b2 - b1)) * (b - b2);
+  };
   auto probe = [&](std::size_t b) {
     co.timeout_s = std::max(1.0, std::min(o.probe_timeout, o.max_batch_seconds - elapsed()));
     auto args = child_args(o, "fit", model, b, method, 1);
     if (!rss) args.insert(args.end(), {"--child-as-limit", fmt::format("{:.0f}", limit_bytes)});
     ChildResult cr = run_self(args, co);
     ++row.probes;
-    if (cr.seconds > slowest.second) slowest = {double(b), cr.seconds};
+    timed.emplace_back(double(b), cr.seconds);
     json j = parse_child(cr);
     bool fits = cr.ok() && j.contains("peak_rss_kb");
     rep.say("    {} batch {:>6}: {} ({:.1f} s{})\n", method, b, fits ? "fits" : "does not fit", cr.seconds,
@@ -506,7 +518,7 @@ FitRow search_max_batch(const Options& o, const std::string& model, const std::s
       break;
     }
     // a probe that cannot finish in the time left (its time grows with the batch) is not started
-    if (slowest.first > 0 && slowest.second * double(b) / slowest.first > o.max_batch_seconds - elapsed()) break;
+    if (probe_seconds(double(b)) > o.max_batch_seconds - elapsed()) break;
     probe(b);
     if (row.upper > 0 && row.upper - row.max_batch <= tolerance(row.max_batch)) {
       row.exact = true;
