@@ -70,6 +70,11 @@ struct Op {
   /// Called once the op is on a tape, with its input and output nodes: the
   /// parametric ops use it to record per-sample information.
   virtual void on_record(TapeT<T>&, std::span<const std::shared_ptr<Node<T>>>) {}
+  /// Parametric ops that recorded a use keep their output's cotangent for the
+  /// per-sample rules: after vjp the tape hands it over (moved, when the tape
+  /// would free it anyway, so that no copy is made).
+  virtual bool keeps_output_grad() const { return false; }
+  virtual void keep_output_grad(std::shared_ptr<const ArrayT<T>>) {}
 };
 
 /// Runs `op` on `inputs`: the primal always, the jvp when any input has a

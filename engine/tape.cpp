@@ -113,7 +113,11 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
     }
     timed(e.op->name(), profile::Phase::vjp,
           [&] { e.op->vjp(o->grad, Values<T>(values), o->value, Slots<T>(slots)); });
-    if (!retain_grads_ && o != root) {
+    const bool free_now = !retain_grads_ && o != root;
+    if (e.op->keeps_output_grad())
+      e.op->keep_output_grad(free_now ? std::make_shared<const ArrayT<T>>(std::move(o->grad))
+                                      : std::make_shared<const ArrayT<T>>(o->grad));
+    if (free_now) {
       o->grad = ArrayT<T>();
       o->has_grad = false;
     }

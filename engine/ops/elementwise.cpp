@@ -141,7 +141,7 @@ struct BinaryOp final : Op<T> {
       });
     }
   }
-  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>& out, std::size_t k) override {
+  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>&, std::size_t k) override {
     const std::size_t n = numel(out_shape);
     if (shape_of(*x[0]) == out_shape && shape_of(*x[1]) == out_shape) {  // same shapes: one pass per tangent
       ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, out_shape));
@@ -203,8 +203,8 @@ const char* unary_name(Unary k) {
   return "?";
 }
 
-// Unary kernels run in blocks that stay in cache, pieces of blocks in parallel.
-constexpr std::size_t kBlock = 1024, kUnaryGrain = 1 << 15;
+// Unary rules run in blocks that stay in cache (pieces of kElementGrain values in parallel).
+constexpr std::size_t kBlock = 1024;
 
 template <class T>
 struct UnaryOp final : Op<T> {
@@ -240,7 +240,7 @@ struct UnaryOp final : Op<T> {
   /// Calls f(i0, f'(x) on [i0, i0 + len), len) block by block, blocks in parallel.
   template <class F>
   void for_each_derivative_block(const T* a, const T* o, std::size_t n, F&& f) const {
-    parallel::for_range(n, kUnaryGrain, [&](std::size_t r0, std::size_t r1) {
+    parallel::for_range(n, kElementGrain, [&](std::size_t r0, std::size_t r1) {
       T d[kBlock];
       for (std::size_t i0 = r0; i0 < r1; i0 += kBlock) {
         const std::size_t len = std::min(kBlock, r1 - i0);
@@ -255,7 +255,7 @@ struct UnaryOp final : Op<T> {
     ArrayT<T> r = ArrayT<T>::from_shape(a.shape());
     const T* pa = a.data();
     T* pr = r.data();
-    parallel::for_range(a.size(), kUnaryGrain, [&](std::size_t i0, std::size_t i1) { primal(pa + i0, pr + i0, i1 - i0); });
+    parallel::for_range(a.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) { primal(pa + i0, pr + i0, i1 - i0); });
     return r;
   }
   /// dx = f'(x) * dout, accumulated in one pass.

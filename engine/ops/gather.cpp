@@ -37,7 +37,6 @@ struct GatherOp final : Op<T> {
     return out;
   }
   void vjp(const ArrayT<T>& dout, Values<T>, const ArrayT<T>&, Slots<T> dx) override {
-    if (use) use->delta = std::make_shared<const ArrayT<T>>(dout);
     if (!dx[0] || (use && !param_grads)) return;
     bool fresh;
     ArrayT<T>& g = dx[0].buffer(fresh);
@@ -49,6 +48,8 @@ struct GatherOp final : Op<T> {
       for (std::size_t j = 0; j < p; ++j) row[j] += src[j];
     }
   }
+  bool keeps_output_grad() const override { return use != nullptr; }
+  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override { use->delta = std::move(dout); }
   ArrayT<T> jvp(Values<T>, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     std::size_t n = ids->size();

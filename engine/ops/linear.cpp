@@ -63,11 +63,12 @@ struct LinearOp final : Op<T> {
       for (std::size_t i = 0; i < m; ++i, r += p)
         for (std::size_t j = 0; j < p; ++j) gp[j] += r[j];
     }
-    if (w_use || b_use) {
-      auto delta = std::make_shared<const ArrayT<T>>(dout);
-      if (w_use) w_use->delta = delta;
-      if (b_use) b_use->delta = delta;
-    }
+  }
+
+  bool keeps_output_grad() const override { return w_use || b_use; }
+  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {  // shared by W and b
+    if (w_use) w_use->delta = dout;
+    if (b_use) b_use->delta = dout;
   }
 
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
