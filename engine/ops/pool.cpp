@@ -48,7 +48,9 @@ std::size_t pool_grain(const PoolGeom& g) {
 
 /// The argmax of a window is the first of its elements equal to the output
 /// (exactly the one a strict "greater than" scan keeps), so no index is stored:
-/// the rules find it again. Calls pick(out offset, x offset, len, take) with
+/// the rules find it again. A NaN output comes only from a NaN first element
+/// (nothing compares greater than NaN), and that element is its argmax, so every
+/// output has exactly one. Calls pick(out offset, x offset, len, take) with
 /// take[l] = 1 where x[x offset + l] is the argmax of output (out offset + l).
 template <class T, class F>
 void for_each_argmax(const PoolGeom& g, std::size_t n0, std::size_t n1, const T* x, const T* out, F&& pick) {
@@ -58,10 +60,13 @@ void for_each_argmax(const PoolGeom& g, std::size_t n0, std::size_t n1, const T*
     unsigned char* __restrict tp = take.data();
     const T* __restrict v = x + xo;
     const T* __restrict m = out + o;
-    if (first) std::fill_n(fp, len, 0);
-    for (std::size_t l = 0; l < len; ++l) {
-      tp[l] = (!fp[l]) & (v[l] == m[l]);
-      fp[l] |= tp[l];
+    if (first) {
+      for (std::size_t l = 0; l < len; ++l) fp[l] = tp[l] = (v[l] == m[l]) | (m[l] != m[l]);
+    } else {
+      for (std::size_t l = 0; l < len; ++l) {
+        tp[l] = (!fp[l]) & (v[l] == m[l]);
+        fp[l] |= tp[l];
+      }
     }
     pick(o, xo, len, tp);
   });

@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "engine/conv.hpp"
 #include "engine/ops.hpp"
 #include "engine/tape.hpp"
@@ -269,6 +272,25 @@ TEST_CASE("max_pool2d: values, gradient checks, ties") {
   CHECK(y.value()(0, 0, 0, 0) == 3.0);
   tape.backward(sum(y));
   A want = A{{0.0, 1.0}, {0.0, 0.0}};
+  want.reshape({1, 2, 2, 1});
+  DPGRAD_CHECK_CLOSE(t.grad(), want, 0.0);
+}
+
+TEST_CASE("max_pool2d: a NaN first element is its window's output and argmax (no derivative is left unset)") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  A x = A{{nan, 3.0}, {1.0, 0.0}};
+  x.reshape({1, 2, 2, 1});
+  A dots = A{{5.0, 6.0}, {7.0, 8.0}};
+  dots.reshape({1, 1, 2, 2, 1});  // one tangent
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D t(x, true);
+  t.set_tangent(dots);
+  D y = max_pool2d(t, 2, 1);
+  CHECK(std::isnan(y.value()(0, 0, 0, 0)));
+  CHECK(y.tangent()(0, 0, 0, 0, 0) == 5.0);  // the tangent at the NaN element, not whatever memory held
+  tape.backward(sum(y));
+  A want = A{{1.0, 0.0}, {0.0, 0.0}};
   want.reshape({1, 2, 2, 1});
   DPGRAD_CHECK_CLOSE(t.grad(), want, 0.0);
 }
