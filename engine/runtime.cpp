@@ -109,12 +109,12 @@ long long now_ns() {
 }
 }  // namespace
 
-Scope::Scope(const char* name) : name_(name) {
+Scope::Scope(const char* name, Phase phase) : name_(name), phase_(phase) {
   if (enabled()) start_ns_ = now_ns();
 }
 
 Scope::~Scope() {
-  if (start_ns_ >= 0) add(name_, Phase::step, now_ns() - start_ns_);
+  if (start_ns_ >= 0) add(name_, phase_, now_ns() - start_ns_);
 }
 
 void reset() {

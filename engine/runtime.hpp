@@ -38,16 +38,17 @@ std::string report();
 /// Forgets what was timed so far (e.g. after warm-up steps).
 void reset();
 
-/// Times its own lifetime as (name, Phase::step) when profiling is on.
+/// Times its own lifetime as (name, phase) when profiling is on.
 class Scope {
  public:
-  explicit Scope(const char* name);
+  explicit Scope(const char* name, Phase phase = Phase::step);
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
  private:
   const char* name_;
+  Phase phase_;
   long long start_ns_ = -1;
 };
 

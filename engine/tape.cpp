@@ -2,7 +2,6 @@
 // primal, jvp and recording are sequenced.
 #include "engine/tape.hpp"
 
-#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -15,22 +14,6 @@ template <class T>
 TapeT<T>*& active_tape_slot() {
   thread_local TapeT<T>* tape = nullptr;
   return tape;
-}
-
-/// Runs f(), and when profiling is on adds its time to (op, phase).
-template <class F>
-decltype(auto) timed(const char* op, profile::Phase phase, F&& f) {
-  if (!profile::enabled()) return f();
-  struct Stop {
-    const char* op;
-    profile::Phase phase;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~Stop() {
-      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-      profile::add(op, phase, ns.count());
-    }
-  } stop{op, phase};
-  return f();
 }
 
 }  // namespace
@@ -111,8 +94,10 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
       values.push_back(&in->value);
       slots.emplace_back(in->requires_grad ? in.get() : nullptr);
     }
-    timed(e.op->name(), profile::Phase::vjp,
-          [&] { e.op->vjp(o->grad, Values<T>(values), o->value, Slots<T>(slots)); });
+    {
+      profile::Scope timed(e.op->name(), profile::Phase::vjp);
+      e.op->vjp(o->grad, Values<T>(values), o->value, Slots<T>(slots));
+    }
     const bool free_now = !retain_grads_ && o != root;
     if (e.op->keeps_output_grad())
       e.op->keep_output_grad(free_now ? std::make_shared<const ArrayT<T>>(std::move(o->grad))
@@ -151,12 +136,15 @@ TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs) 
     }
   }
   auto node = std::make_shared<Node<T>>();
-  node->value = timed(op->name(), profile::Phase::forward, [&] { return op->forward(Values<T>(values)); });
+  {
+    profile::Scope timed(op->name(), profile::Phase::forward);
+    node->value = op->forward(Values<T>(values));
+  }
   if (k > 0) {
     std::vector<const ArrayT<T>*> dots;
     for (const auto& t : inputs) dots.push_back(t.has_tangent() ? &t.node()->tangent : nullptr);
-    node->tangent =
-        timed(op->name(), profile::Phase::jvp, [&] { return op->jvp(Values<T>(values), Tangents<T>(dots), node->value, k); });
+    profile::Scope timed(op->name(), profile::Phase::jvp);
+    node->tangent = op->jvp(Values<T>(values), Tangents<T>(dots), node->value, k);
     node->has_tangent = true;
   }
   TapeT<T>* tape = active_tape<T>();
