@@ -773,7 +773,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--naive-steps", o.naive_steps, "timed steps of naive (a per-example loop: slow)")
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->capture_default_str();
+  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the model and the synthetic batch")->capture_default_str();
   app.add_flag("--gemm-detail", o.gemm_detail, "time each matrix product shape of the non-private step on its own");
   app.add_flag("--json", o.json_out, "one JSON object per (model, method, batch) on stdout");

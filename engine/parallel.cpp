@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -30,12 +31,14 @@ inline void cpu_relax() {
 }
 
 int default_threads() {
+  const int all = int(std::max(1u, std::thread::hardware_concurrency()));
   if (const char* v = std::getenv("DPGRAD_THREADS")) {
     char* end = nullptr;
     long n = std::strtol(v, &end, 10);
     if (end != v && *end == '\0' && n >= 1 && n <= 1024) return int(n);
+    std::fprintf(stderr, "dpgrad: DPGRAD_THREADS='%s' is not a whole number from 1 to 1024; using %d threads\n", v, all);
   }
-  return int(std::max(1u, std::thread::hardware_concurrency()));
+  return all;
 }
 
 class Pool {

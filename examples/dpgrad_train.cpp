@@ -577,7 +577,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the fast generator and the initialisation")->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "use only the first N training examples");
   app.add_option("--test-limit", o.test_limit, "use only the first N test examples");
-  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)");
+  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024));
   app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "write checkpoints here (at each epoch's end and every --checkpoint-every steps)");
