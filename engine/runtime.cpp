@@ -17,9 +17,12 @@ namespace dpgrad {
 bool keep_freed_memory() {
 #if defined(__GLIBC__)
   // Serve large blocks from the heap (no per-allocation mmap/munmap), never trim
-  // its top, and grow it in generous steps.
+  // its top (-1: no threshold; a 1 GiB threshold still gave pages back each step
+  // once a step peaked above it: cnn26k, batch 2048 x 4 views, 1.24 million
+  // page faults in four steps against 0.42 million, 11.1 s against 5.1 s), and
+  // grow it in generous steps.
   bool ok = mallopt(M_MMAP_MAX, 0) == 1;
-  ok = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 && ok;
+  ok = mallopt(M_TRIM_THRESHOLD, -1) == 1 && ok;
   ok = mallopt(M_TOP_PAD, 64 << 20) == 1 && ok;
   return ok;
 #else
