@@ -38,10 +38,11 @@ std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::siz
       throw std::logic_error("per-sample rule: parameter '" + g.param->name +
                              "' has a use without an output gradient (backward did not reach it)");
     const ArrayT<T>& delta = *u->delta;
-    if (delta.dimension() < 2 || delta.shape()[0] != batch)
+    // an example's rows (its views, then its positions) are contiguous: (R, ...) with R = B * views is (B, views * ...)
+    if (delta.dimension() < 2 || (batch == 0 ? delta.shape()[0] != 0 : delta.shape()[0] % batch != 0))
       throw std::invalid_argument("per-sample rule: parameter '" + g.param->name + "': batch axis " +
-                                  std::to_string(delta.dimension() ? delta.shape()[0] : 0) + " but batch is " +
-                                  std::to_string(batch));
+                                  std::to_string(delta.dimension() ? delta.shape()[0] : 0) +
+                                  " is not a whole number of rows for each of " + std::to_string(batch) + " examples");
     UseView<T> v;
     v.delta = delta.data();
     switch (u->kind) {

@@ -23,6 +23,7 @@
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
 #include "engine/tape.hpp"
+#include "examples/data/augment.hpp"
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/averaging.hpp"
@@ -55,6 +56,9 @@ struct Options {
   std::size_t train_limit = 0, test_limit = 0;
   int threads = 0;
   std::size_t hidden = 256;
+  std::size_t augment_views = 0;  // augmentation multiplicity: random views per training example (0: off)
+  int augment_shift = 2;
+  bool augment_no_flip = false;
   // checkpoints and output of this invocation (not part of the run's identity)
   std::string checkpoint_dir, plot;
   long checkpoint_every = 0;
@@ -69,6 +73,9 @@ void for_each_run_option(O& o, F&& f) {
   f("dataset", o.dataset);
   f("classes", o.classes);
   f("normalize", o.normalize);
+  f("augment-views", o.augment_views);
+  f("augment-shift", o.augment_shift);
+  f("augment-no-flip", o.augment_no_flip);
   f("activation", o.activation);
   f("hidden", o.hidden);
   f("optimizer", o.optimizer);
@@ -332,6 +339,15 @@ int run(Options o, const json* resumed) {
   }
   const std::size_t n = data.train.size();
   require(o.batch >= 1 && o.batch <= n, fmt::format("--batch-size must be in [1, {}], got {}", n, o.batch));
+  data::ImageAugment augment;
+  if (o.augment_views > 0) {
+    require(!data.tokens && data.train.inputs.dimension() >= 3,
+            "--augment-views needs an image dataset (its views are flipped and shifted images)");
+    augment.views = o.augment_views;
+    augment.shift = o.augment_shift;
+    augment.flip = !o.augment_no_flip;
+    augment.seed = o.seed;
+  }
 
   // ---- sampling, privacy
   auto sampler = make_sampler(dp ? o.sampler : "shuffle", n, o.batch, dp ? o.epoch_fraction : 1.0);
@@ -413,6 +429,10 @@ int run(Options o, const json* resumed) {
   } else {
     say("  non-private training: no clipping, no noise, no privacy guarantee");
   }
+  if (o.augment_views > 0)
+    say(fmt::format("  augmentation multiplicity: {} random views per example (shifts up to {} px{}), each example's "
+                    "loss the mean over its views, one clipped gradient per example", augment.views, augment.shift,
+                    augment.flip ? ", left-right flips" : ""));
   if (average)
     say(fmt::format("  evaluating the exponential moving average of the parameters (decay {}; post-processing, "
                     "no privacy cost)", o.ema));
@@ -464,6 +484,7 @@ int run(Options o, const json* resumed) {
         base->set_lr(o.lr * 0.5 * (1 + std::cos(M_PI * double(step) / double(total_steps))));
       auto idx = sampler->next(*sample_rng);
       BatchT<float> batch = data.train.select(idx);
+      if (o.augment_views > 0) batch = data::augment_images(batch, augment, std::uint64_t(step));
       StepStats st = opt.step(batch);
       if (average) average->update();
       ++step;
@@ -552,6 +573,14 @@ int main(int argc, char** argv) {
                  "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
                  "the private data")
       ->delimiter(',');
+  app.add_option("--augment-views", o.augment_views,
+                 "K: train on K random views of each example (flips, shifts), its loss the mean over them, so one "
+                 "clipped gradient per example (augmentation multiplicity; images only; 0: off)")
+      ->check(CLI::Range(0, 256));
+  app.add_option("--augment-shift", o.augment_shift, "largest shift of a view, in pixels along each axis")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_flag("--augment-no-flip", o.augment_no_flip, "views are not mirrored left-right");
   app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden units of mlp")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam")->capture_default_str();

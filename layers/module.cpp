@@ -60,12 +60,21 @@ ArrayT<V> take_rows(const ArrayT<V>& a, const std::vector<std::size_t>& rows) {
 }  // namespace
 
 template <class T>
-BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& rows) const {
+BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& index) const {
+  if (views == 0 || labels.size() % views != 0)
+    throw std::invalid_argument("Batch: " + std::to_string(labels.size()) + " rows are not whole examples of " +
+                                std::to_string(views) + " views");
+  std::vector<std::size_t> rows;
+  rows.reserve(index.size() * views);
+  for (auto e : index) {
+    if (e >= examples()) throw std::out_of_range("Batch::select: example " + std::to_string(e) + " out of range");
+    for (std::size_t k = 0; k < views; ++k) rows.push_back(e * views + k);
+  }
   BatchT<T> b;
+  b.views = views;
   b.inputs = take_rows(inputs, rows);
   b.tokens = take_rows(tokens, rows);
   for (auto r : rows) {
-    if (r >= labels.size()) throw std::out_of_range("Batch::select: row " + std::to_string(r) + " out of range");
     b.labels.push_back(labels[r]);
     if (!lengths.empty()) b.lengths.push_back(lengths[r]);
     if (!ids.empty()) b.ids.push_back(ids[r]);

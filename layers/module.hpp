@@ -57,16 +57,24 @@ class SequentialT final : public LayerT<T> {
 };
 
 /// A batch of examples: dense features or padded token sequences, with labels.
+/// Each example may come as several rows (augmentation multiplicity, De et al.
+/// 2022): rows [i * views, (i + 1) * views) are views of example i, and the
+/// example's loss is the mean of its rows' losses, so its one per-sample
+/// gradient (the thing clipped) averages over its views.
 template <class T>
 struct BatchT {
-  ArrayT<T> inputs;                    // (B, ...) features; empty for token models
-  ArrayT<std::int32_t> tokens;         // (B, L) token ids padded with 0; empty for feature models
-  std::vector<std::int32_t> lengths;   // (B) true sequence lengths (token models)
-  std::vector<std::int32_t> labels;    // (B)
-  std::vector<std::int64_t> ids;       // (B) dataset indices, for rules fixed per example; may be empty
+  ArrayT<T> inputs;                    // (R, ...) features; empty for token models
+  ArrayT<std::int32_t> tokens;         // (R, L) token ids padded with 0; empty for feature models
+  std::vector<std::int32_t> lengths;   // (R) true sequence lengths (token models)
+  std::vector<std::int32_t> labels;    // (R)
+  std::vector<std::int64_t> ids;       // (R) dataset indices, for rules fixed per example; may be empty
+  std::size_t views = 1;               // rows per example (R = examples() * views)
+  /// Rows.
   std::size_t size() const { return labels.size(); }
-  /// The examples at `rows`, in that order.
-  BatchT select(const std::vector<std::size_t>& rows) const;
+  /// Examples: what is clipped, sampled and counted for privacy.
+  std::size_t examples() const { return views == 0 ? 0 : labels.size() / views; }
+  /// The examples at `index` (each with all its views), in that order.
+  BatchT select(const std::vector<std::size_t>& index) const;
 };
 
 /// A whole network: batch -> logits (B, classes).

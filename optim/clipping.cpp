@@ -15,7 +15,13 @@ namespace dpgrad {
 
 template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch) {
-  return cross_entropy(model.forward(batch), batch.labels);
+  TensorT<T> rows = cross_entropy(model.forward(batch), batch.labels);
+  if (batch.views == 1) return rows;
+  if (batch.views == 0 || batch.size() % batch.views != 0)
+    throw std::invalid_argument("per-sample losses: " + std::to_string(batch.size()) + " rows are not whole examples of " +
+                                std::to_string(batch.views) + " views");
+  // (R) -> (B, views) -> the mean over each example's views: (B)
+  return mean(reshape(rows, Shape{batch.examples(), batch.views}), {1});
 }
 
 namespace {
@@ -142,8 +148,8 @@ class NaiveStrategy final : public ClipStrategyT<T> {
     auto ps = model.parameters();
     ClipResult<T> res;
     res.sum = zeros_like_params(ps);
-    res.norms = ArrayT<T>::from_shape({batch.size()});
-    for (std::size_t i = 0; i < batch.size(); ++i) {
+    res.norms = ArrayT<T>::from_shape({batch.examples()});
+    for (std::size_t i = 0; i < batch.examples(); ++i) {
       BatchT<T> one = batch.select({i});
       zero_grads(ps);
       TapeT<T> tape;
@@ -165,11 +171,11 @@ class RuleStrategy : public ClipStrategyT<T> {
  public:
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
-    if (batch.size() == 0) return empty_result(ps);
+    if (batch.examples() == 0) return empty_result(ps);
     ClipResult<T> res;
     TapeT<T> tape;
     res.loss_sum = record_uses(tape, model, batch, ps);
-    clip_from_uses(groups_by_param(tape, ps), ps, batch.size(), clip_norm, res);
+    clip_from_uses(groups_by_param(tape, ps), ps, batch.examples(), clip_norm, res);
     return res;
   }
 
@@ -230,7 +236,7 @@ class JlStrategy final : public ClipStrategyT<T> {
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     auto ps = model.parameters();
     ClipResult<T> res;
-    std::size_t b = batch.size();
+    std::size_t b = batch.examples();
     if (b == 0) return empty_result(ps);
     zero_grads(ps);
     for (auto& p : ps) {
@@ -282,14 +288,15 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
     if (batch.size() > 0 && batch.ids.size() != batch.size())
       throw std::invalid_argument("microbatch strategy needs the dataset index of every example (Batch::ids)");
     std::vector<std::vector<std::size_t>> members(count_);
-    for (std::size_t i = 0; i < batch.size(); ++i) members[std::size_t(batch.ids[i]) % count_].push_back(i);
+    for (std::size_t i = 0; i < batch.examples(); ++i)
+      members[std::size_t(batch.ids[i * batch.views]) % count_].push_back(i);
     std::vector<T> norms;
-    for (const auto& rows : members) {
-      if (rows.empty()) continue;
+    for (const auto& index : members) {
+      if (index.empty()) continue;
       zero_grads(ps);
       TapeT<T> tape;
       RecordScope<T> scope(tape);
-      TensorT<T> losses = per_sample_losses(model, batch.select(rows));
+      TensorT<T> losses = per_sample_losses(model, batch.select(index));
       res.loss_sum += loss_total(losses);
       tape.backward(mean(losses));
       norms.push_back(clip_and_accumulate(ps, clip_norm, res));

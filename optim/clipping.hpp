@@ -46,7 +46,8 @@ class ClipStrategyT {
 template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch = 0);
 
-/// Per-sample losses (B) of the model on a batch (softmax cross-entropy).
+/// Per-example losses (B = batch.examples()) of the model on a batch: softmax
+/// cross-entropy, averaged over each example's views.
 template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch);
 

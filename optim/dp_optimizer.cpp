@@ -40,9 +40,9 @@ double DPOptimizerT<T>::accounted_noise_multiplier() const {
 template <class T>
 StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   StepStats st;
-  st.batch = batch.size();
+  st.batch = batch.examples();
   ClipResult<T> r = strategy_.clipped_sum(model_, batch, config_.clip_norm, aux_rng_);
-  st.loss = batch.size() ? r.loss_sum / double(batch.size()) : 0.0;
+  st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;
   double denom;
   if (strategy_.is_private()) {
@@ -59,7 +59,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     // the true batch size is itself private: divide by the expected one
     denom = strategy_.normaliser(config_.expected_batch);
   } else {
-    denom = std::max<double>(1.0, double(batch.size()));
+    denom = std::max<double>(1.0, double(st.batch));
   }
   for (auto& g : r.sum) g /= T(denom);
   base_.step(r.sum);

@@ -1,6 +1,7 @@
 // Clipping strategies against the per-example loop: vanilla and ghost give the
 // naive clipped sum to 1e-9 relative; jl:K follows its chi2_K law and converges
 // to the exact sum; microbatch:1 is the naive loop; empty batches work.
+#include <algorithm>
 #include <cmath>
 
 #include <doctest/doctest.h>
@@ -304,5 +305,105 @@ TEST_CASE("clipping: a non-finite loss is a clear error") {
     CAPTURE(s);
     CHECK_THROWS_WITH_AS(make_clip_strategy<double>(s)->clipped_sum(*model, batch, 1.0, rng),
                          doctest::Contains("non-finite"), std::runtime_error);
+  }
+}
+
+namespace {
+
+/// The clipped sum over examples of several views, built from its definition:
+/// example i's gradient is the mean of its rows' gradients, each row's taken
+/// alone as a one-view batch with the non-private strategy (an unclipped sum).
+std::vector<A> clipped_sum_of_view_means(ModelT<double>& model, const BatchT<double>& batch, double clip,
+                                         std::vector<double>& norms) {
+  FastRng unused(0);
+  std::vector<A> total;
+  norms.clear();
+  for (std::size_t i = 0; i < batch.examples(); ++i) {
+    BatchT<double> rows = batch.select({i});
+    rows.views = 1;
+    auto g = make_clip_strategy<double>("none")->clipped_sum(model, rows, 0, unused).sum;
+    for (auto& a : g) a /= double(batch.views);
+    const double n = total_norm(g);
+    norms.push_back(n);
+    const double c = n > clip ? clip / n : 1.0;
+    if (total.empty())
+      for (auto& a : g) total.push_back(c * a);
+    else
+      for (std::size_t j = 0; j < g.size(); ++j) total[j] += c * g[j];
+  }
+  return total;
+}
+
+/// rows: (B * views, ...) features or (B * views, L) tokens.
+template <class MakeModel>
+void views_agree_with_definition(MakeModel make, const Shape& rows, std::size_t views, std::size_t classes,
+                                 bool tokens = false, std::size_t vocab = 8185) {
+  FastRng init(31), data(32), rng(33);
+  auto model = make(init);
+  BatchT<double> batch = tokens ? make_token_batch(rows[0], rows[1], vocab, data) : make_batch(rows, classes, data);
+  batch.views = views;
+  for (std::size_t r = 0; r < batch.size(); ++r) batch.ids[r] = std::int64_t(r / views);  // a view keeps its example's id
+  REQUIRE(batch.examples() * views == batch.size());
+  std::vector<double> norms;
+  clipped_sum_of_view_means(*model, batch, 1e9, norms);
+  std::vector<double> sorted = norms;
+  std::sort(sorted.begin(), sorted.end());
+  const double middle = 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  for (double clip : {middle, 1e9}) {
+    CAPTURE(clip);
+    ClipResult<double> ref;
+    ref.sum = clipped_sum_of_view_means(*model, batch, clip, norms);
+    for (std::string s : {"naive", "vanilla", "ghost", "microbatch:1"}) {
+      CAPTURE(s);
+      auto got = make_clip_strategy<double>(s, double(batch.examples()))->clipped_sum(*model, batch, clip, rng);
+      check_same_sum(got, ref, 1e-9);
+      if (s != "microbatch:1") {
+        REQUIRE(got.norms.size() == norms.size());
+        for (std::size_t i = 0; i < norms.size(); ++i) CHECK(got.norms(i) == doctest::Approx(norms[i]).epsilon(1e-9));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("clipping: examples of several views (augmentation multiplicity): one clipped gradient per example") {
+  SUBCASE("MLP") { views_agree_with_definition([](Rng& r) { return small_mlp(r); }, {12, 5}, 3, 3); }
+  SUBCASE("weight used at many positions") {
+    views_agree_with_definition([](Rng& r) { return std::make_unique<SharedWeightModel>(r); }, {8, 3, 4}, 2, 3);
+  }
+  SUBCASE("cnn26k") {
+    views_agree_with_definition([](Rng& r) { return make_cnn26k<double>(Activation::tanh, r); }, {8, 1, 28, 28}, 2, 10);
+  }
+  SUBCASE("BiGRU over tokens") {
+    views_agree_with_definition([](Rng& r) { return make_bigru<double>(r, 12, 5, 4, 2); }, {9, 7}, 3, 2, true, 12);
+  }
+}
+
+TEST_CASE("clipping: jl:K over examples of several views estimates the norms of the view means") {
+  FastRng init(34), data(35), rng(36);
+  auto model = small_mlp(init);
+  BatchT<double> batch = make_batch({12, 5}, 3, data);
+  batch.views = 4;
+  std::vector<double> norms;
+  ClipResult<double> ref;
+  ref.sum = clipped_sum_of_view_means(*model, batch, 0.2, norms);
+  auto jl = make_clip_strategy<double>("jl:4000")->clipped_sum(*model, batch, 0.2, rng);
+  REQUIRE(jl.norms.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(jl.norms(i) == doctest::Approx(norms[i]).epsilon(0.08));
+  std::vector<A> diff;
+  for (std::size_t j = 0; j < ref.sum.size(); ++j) diff.push_back(jl.sum[j] - ref.sum[j]);
+  CHECK(total_norm(diff) < 0.05 * total_norm(ref.sum));
+}
+
+TEST_CASE("clipping: a batch whose rows are not whole examples is refused") {
+  FastRng init(37), data(38), rng(39);
+  auto model = small_mlp(init);
+  BatchT<double> batch = make_batch({7, 5}, 3, data);
+  batch.views = 2;
+  for (std::string s : {"naive", "vanilla", "ghost", "jl:2"}) {
+    CAPTURE(s);
+    CHECK_THROWS_WITH_AS(make_clip_strategy<double>(s)->clipped_sum(*model, batch, 1.0, rng),
+                         doctest::Contains("not whole examples"), std::invalid_argument);
   }
 }

@@ -1,0 +1,67 @@
+// Random flips and shifts of images: examples/data/augment.hpp.
+#include "examples/data/augment.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace dpgrad::data {
+
+namespace {
+
+/// splitmix64's finaliser: a well-mixed 64-bit value from any 64-bit input.
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step) {
+  if (a.views < 1 || a.views > 256) throw std::invalid_argument("augmentation: views must be in 1..256, not " + std::to_string(a.views));
+  if (a.shift < 0) throw std::invalid_argument("augmentation: shift must be >= 0, not " + std::to_string(a.shift));
+  if (batch.views != 1) throw std::invalid_argument("augmentation: the batch already has several views per example");
+  if (batch.inputs.dimension() < 3)
+    throw std::invalid_argument("augmentation needs image inputs (B, ..., H, W), not token sequences or flat features");
+  const std::size_t b = batch.size();
+  if (batch.inputs.shape()[0] != b || batch.ids.size() != b)
+    throw std::invalid_argument("augmentation: the batch needs one input row and one dataset id per label");
+  const std::size_t rank = batch.inputs.dimension();
+  const long h = long(batch.inputs.shape()[rank - 2]), w = long(batch.inputs.shape()[rank - 1]);
+  const std::size_t plane = std::size_t(h * w), row = batch.inputs.size() / std::max<std::size_t>(b, 1);
+  const std::size_t planes = row / std::max<std::size_t>(plane, 1);
+  const long s = std::min<long>(a.shift, std::max(h, w));
+
+  BatchT<float> r;
+  r.views = a.views;
+  Shape shape(batch.inputs.shape().begin(), batch.inputs.shape().end());
+  shape[0] = b * a.views;
+  r.inputs = ArrayT<float>::from_shape(shape);
+  for (std::size_t i = 0; i < b; ++i) {
+    for (std::size_t k = 0; k < a.views; ++k) {
+      std::uint64_t z = mix(mix(mix(a.seed ^ 0x6175676d656e74ULL) ^ step) ^ std::uint64_t(batch.ids[i]));
+      z = mix(z ^ std::uint64_t(k));
+      const bool flip = a.flip && (z & 1);
+      const long span = 2 * s + 1;
+      const long dy = long((z >> 8) % std::uint64_t(span)) - s, dx = long((z >> 32) % std::uint64_t(span)) - s;
+      const float* src = batch.inputs.data() + i * row;
+      float* dst = r.inputs.data() + (i * a.views + k) * row;
+      for (std::size_t c = 0; c < planes; ++c, src += plane, dst += plane)
+        for (long y = 0; y < h; ++y) {
+          const long sy = std::clamp(y - dy, 0L, h - 1);
+          for (long x = 0; x < w; ++x) {
+            long sx = std::clamp(x - dx, 0L, w - 1);
+            if (flip) sx = w - 1 - sx;
+            dst[y * w + x] = src[sy * w + sx];
+          }
+        }
+      r.labels.push_back(batch.labels[i]);
+      r.ids.push_back(batch.ids[i]);
+    }
+  }
+  return r;
+}
+
+}  // namespace dpgrad::data
