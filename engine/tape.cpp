@@ -2,6 +2,7 @@
 // primal, jvp and recording are sequenced.
 #include "engine/tape.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -107,6 +108,67 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
       o->has_grad = false;
     }
   }
+}
+
+template <class T>
+ArrayT<T> TapeT<T>::push_tangents(const std::vector<std::pair<const Node<T>*, const ArrayT<T>*>>& seeds,
+                                  const TensorT<T>& out, std::size_t k) const {
+  if (!out.defined()) throw std::invalid_argument("push_tangents: undefined output");
+  if (k == 0) throw std::invalid_argument("push_tangents: needs at least one direction");
+  std::unordered_map<const Node<T>*, const ArrayT<T>*> seed_of;
+  for (const auto& [node, t] : seeds) {
+    Shape want{k};
+    for (auto d : node->value.shape()) want.push_back(d);
+    if (shape_of(*t) != want)
+      throw std::invalid_argument("push_tangents: the tangent of '" + node->name + "' has shape " +
+                                  shape_str(shape_of(*t)) + ", expected " + shape_str(want));
+    seed_of[node] = t;
+  }
+  // after entry last_use[n], nothing reads node n's tangent
+  std::unordered_map<const Node<T>*, std::size_t> last_use;
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    for (const auto& in : entries_[i].inputs) last_use[in.get()] = i;
+  std::unordered_map<const Node<T>*, ArrayT<T>> pushed;
+  std::vector<const ArrayT<T>*> values, dots;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    values.clear();
+    dots.clear();
+    bool any = false;
+    for (const auto& in : e.inputs) {
+      values.push_back(&in->value);
+      const ArrayT<T>* d = nullptr;
+      if (auto s = seed_of.find(in.get()); s != seed_of.end()) d = s->second;
+      else if (auto p = pushed.find(in.get()); p != pushed.end()) d = &p->second;
+      dots.push_back(d);
+      any = any || d;
+    }
+    if (any && (last_use.count(e.output.get()) || e.output.get() == out.node())) {  // else nothing reads it
+      profile::Scope timed(e.op->name(), profile::Phase::jvp);
+      pushed[e.output.get()] = e.op->jvp(Values<T>(values), Tangents<T>(dots), e.output->value, k);
+    }
+    for (const auto& in : e.inputs)
+      if (last_use[in.get()] == i && in.get() != out.node()) pushed.erase(in.get());
+  }
+  if (auto p = pushed.find(out.node()); p != pushed.end()) return std::move(p->second);
+  if (auto s = seed_of.find(out.node()); s != seed_of.end()) return *s->second;
+  Shape zero{k};
+  for (auto d : out.shape()) zero.push_back(d);
+  return xt::zeros<T>(zero);
+}
+
+template <class T>
+std::size_t TapeT<T>::recorded_elements() const {
+  std::size_t n = 0;
+  for (const auto& e : entries_) n += e.output->value.size();
+  return n;
+}
+
+template <class T>
+std::size_t TapeT<T>::largest_recorded() const {
+  std::size_t n = 0;
+  for (const auto& e : entries_) n = std::max(n, e.output->value.size());
+  return n;
 }
 
 template <class T>

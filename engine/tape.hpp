@@ -51,6 +51,19 @@ class TapeT {
   /// Reverse mode with an explicit cotangent for `out` (same shape as out).
   void backward(const TensorT<T>& out, const ArrayT<T>& seed);
 
+  /// Forward mode over the recorded ops, after the fact: the tangent (k, ...)
+  /// of `out` when the leaves in `seeds` carry the given tangents (k, ...leaf
+  /// shape) and every other leaf carries none. Each op's jvp runs on the values
+  /// the tape kept, so no primal is computed again, and each tangent is freed
+  /// right after the last recorded op that reads it. Running this once per
+  /// chunk of directions keeps only one chunk's tangents in memory.
+  ArrayT<T> push_tangents(const std::vector<std::pair<const Node<T>*, const ArrayT<T>*>>& seeds,
+                          const TensorT<T>& out, std::size_t k) const;
+  /// Elements of the values the ops recorded (their outputs), and of the
+  /// largest one: what forward mode over this tape holds per direction.
+  std::size_t recorded_elements() const;
+  std::size_t largest_recorded() const;
+
   /// Drops every record (values are freed once no handle holds them).
   void clear();
   std::size_t size() const { return entries_.size(); }

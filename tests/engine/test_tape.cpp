@@ -4,6 +4,7 @@
 
 #include "engine/ops.hpp"
 #include "engine/tape.hpp"
+#include "layers/models.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;
@@ -135,4 +136,91 @@ TEST_CASE("tape: parametric ops record their uses for per-sample rules") {
   t2.backward(sum(linear(h, W, b)));
   CHECK_FALSE(W.has_grad());
   CHECK(t2.uses()[0].uses[0]->delta);
+}
+
+namespace {
+
+/// The tangent of per-example cross-entropy losses with respect to `dirs` (one
+/// (k, ...) array per parameter), (a) pushed along with the primal and (b)
+/// pushed along the tape afterwards; the two must agree.
+void pushed_later_equals_pushed_along(ModelT<double>& model, const BatchT<double>& batch, std::size_t k, Rng& rng) {
+  auto ps = model.parameters();
+  std::vector<A> dirs;
+  for (auto& p : ps) {
+    Shape s{k};
+    for (auto d : p.value().shape()) s.push_back(d);
+    dirs.push_back(randn<double>(s, rng));
+  }
+  A along;
+  {
+    for (std::size_t j = 0; j < ps.size(); ++j) ps[j].set_tangent(dirs[j]);
+    TapeT<double> tape;
+    RecordScope<double> scope(tape);
+    D losses = cross_entropy(model.forward(batch), batch.labels);
+    along = losses.tangent();
+    for (auto& p : ps) p.clear_tangent();
+  }
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D losses = cross_entropy(model.forward(batch), batch.labels);
+  CHECK_FALSE(losses.has_tangent());
+  std::vector<std::pair<const Node<double>*, const A*>> seeds;
+  for (std::size_t j = 0; j < ps.size(); ++j) seeds.emplace_back(ps[j].node(), &dirs[j]);
+  A later = tape.push_tangents(seeds, losses, k);
+  REQUIRE(shape_of(later) == shape_of(along));
+  DPGRAD_CHECK_CLOSE(later, along, 1e-12);
+  // a direction for one parameter only: the others' tangents are zero
+  std::vector<std::pair<const Node<double>*, const A*>> one{seeds.back()};
+  A partial = tape.push_tangents(one, losses, k);
+  CHECK(xt::amax(xt::abs(partial))() > 0);
+  // the tape is unchanged by pushing: a backward still works afterwards
+  tape.backward(sum(losses));
+  for (auto& p : ps) CHECK(p.has_grad());
+  for (auto& p : ps) p.zero_grad();
+}
+
+}  // namespace
+
+TEST_CASE("tape: tangents pushed along the tape afterwards equal those pushed with the primal") {
+  FastRng init(41), data(42), rng(43);
+  SUBCASE("MLP") {
+    auto model = make_mlp<double>({6, 5, 3}, Activation::tanh, init);
+    BatchT<double> batch;
+    batch.inputs = randn<double>({4, 6}, data);
+    batch.labels = {0, 2, 1, 2};
+    pushed_later_equals_pushed_along(*model, batch, 3, rng);
+  }
+  SUBCASE("cnn26k") {
+    auto model = make_cnn26k<double>(Activation::tanh, init);
+    BatchT<double> batch;
+    batch.inputs = randn<double>({3, 1, 28, 28}, data);
+    batch.labels = {1, 7, 3};
+    pushed_later_equals_pushed_along(*model, batch, 2, rng);
+  }
+  SUBCASE("BiGRU over tokens (weights used at every step)") {
+    auto model = make_bigru<double>(init, 12, 5, 4, 2);
+    BatchT<double> batch;
+    batch.tokens = xt::zeros<std::int32_t>({3, 6});
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t t = 0; t < 6 - i; ++t) batch.tokens(i, t) = std::int32_t(1 + (3 * i + 5 * t) % 11);
+    batch.lengths = {6, 5, 4};
+    batch.labels = {0, 1, 1};
+    pushed_later_equals_pushed_along(*model, batch, 4, rng);
+  }
+}
+
+TEST_CASE("tape: push_tangents checks its seeds and gives zeros when nothing reaches the output") {
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D w = make_parameter<double>("w", A{1.0, 2.0});
+  D v = make_parameter<double>("v", A{3.0, 4.0});
+  D y = mul(w, w);
+  D z = scale(v, 2.0);
+  A good{{1.0, 0.0}};  // (1, 2)
+  A bad{1.0, 0.0};     // (2): no direction axis
+  CHECK_THROWS_WITH_AS(tape.push_tangents({{w.node(), &bad}}, y, 1), doctest::Contains("expected"), std::invalid_argument);
+  CHECK_THROWS_AS(tape.push_tangents({{w.node(), &good}}, y, 0), std::invalid_argument);
+  DPGRAD_CHECK_CLOSE(tape.push_tangents({{w.node(), &good}}, y, 1), (A{{2.0, 0.0}}), 1e-15);  // d(w*w) = 2 w dw
+  DPGRAD_CHECK_CLOSE(tape.push_tangents({{w.node(), &good}}, z, 1), (A{{0.0, 0.0}}), 0);      // z does not depend on w
+  DPGRAD_CHECK_CLOSE(tape.push_tangents({{v.node(), &good}}, z, 1), (A{{2.0, 0.0}}), 1e-15);
 }
