@@ -225,13 +225,18 @@ class GhostStrategy final : public RuleStrategy<T> {
   }
 };
 
-/// Bu et al. 2021, Algorithm 1: K Gaussian directions over all parameters, the
-/// K jvps of the per-sample losses in one forward pass, M_i = sqrt(mean_j P_ij^2).
+/// Bu et al. 2021, Algorithm 1: K Gaussian directions over all parameters,
+/// the K jvps of the per-sample losses, M_i = sqrt(mean_j P_ij^2). The primal
+/// runs once, on a tape; the jvps are pushed along the tape afterwards in
+/// chunks of directions, so that only one chunk's tangents exist at a time.
+/// Direction j is drawn parameter by parameter after directions 0..j-1
+/// whatever the chunks, so chunking changes memory and time, not the result.
 template <class T>
 class JlStrategy final : public ClipStrategyT<T> {
  public:
-  explicit JlStrategy(int k) : k_(k) {}
-  std::string name() const override { return "jl:" + std::to_string(k_); }
+  /// chunk: directions per pass along the tape (0: chosen from the tape's size).
+  JlStrategy(int k, int chunk) : k_(k), chunk_(chunk) {}
+  std::string name() const override { return "jl:" + std::to_string(k_) + (chunk_ ? "/" + std::to_string(chunk_) : ""); }
   int jl_dim() const override { return k_; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     auto ps = model.parameters();
@@ -239,27 +244,33 @@ class JlStrategy final : public ClipStrategyT<T> {
     std::size_t b = batch.examples();
     if (b == 0) return empty_result(ps);
     zero_grads(ps);
-    for (auto& p : ps) {
-      Shape s{std::size_t(k_)};
-      for (auto d : p.value().shape()) s.push_back(d);
-      ArrayT<T> v = ArrayT<T>::from_shape(s);
-      rng.fill_normal(v.data(), v.size(), 1.0);
-      p.set_tangent(std::move(v));
-    }
-    struct Clear {  // tangents never outlive the step, whatever happens
-      std::vector<TensorT<T>>& ps;
-      ~Clear() {
-        for (auto& p : ps) p.clear_tangent();
-      }
-    } clear{ps};
     TapeT<T> tape;
     RecordScope<T> scope(tape);
     TensorT<T> losses = per_sample_losses(model, batch);
     res.loss_sum = loss_total(losses);
-    const ArrayT<T>& proj = losses.tangent();  // (K, B): P_ji = <g_i, v_j>
+    const std::size_t k = std::size_t(k_), chunk = std::min(k, chunk_ ? std::size_t(chunk_) : auto_chunk(tape));
     ArrayT<T> norms_sq = xt::zeros<T>({b});
-    for (int j = 0; j < k_; ++j)
-      for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
+    std::vector<ArrayT<T>> dirs(ps.size());
+    std::vector<std::pair<const Node<T>*, const ArrayT<T>*>> seeds;
+    for (std::size_t j0 = 0; j0 < k; j0 += chunk) {
+      const std::size_t c = std::min(chunk, k - j0);
+      seeds.clear();
+      for (std::size_t p = 0; p < ps.size(); ++p) {
+        Shape s{c};
+        for (auto d : ps[p].value().shape()) s.push_back(d);
+        if (shape_of(dirs[p]) != s) dirs[p] = ArrayT<T>::from_shape(s);
+        seeds.emplace_back(ps[p].node(), &dirs[p]);
+      }
+      for (std::size_t j = 0; j < c; ++j)
+        for (std::size_t p = 0; p < ps.size(); ++p) {
+          const std::size_t n = ps[p].value().size();
+          rng.fill_normal(dirs[p].data() + j * n, n, 1.0);
+        }
+      const ArrayT<T> proj = tape.push_tangents(seeds, losses, c);  // (c, B): P_ji = <g_i, v_j>
+      for (std::size_t j = 0; j < c; ++j)
+        for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
+    }
+    dirs.clear();
     ArrayT<T> c = factors(norms_sq, clip_norm, res);
     tape.backward(losses, c);  // one backward of sum_i c_i loss_i
     for (auto& p : ps) res.sum.push_back(p.grad());
@@ -268,7 +279,15 @@ class JlStrategy final : public ClipStrategyT<T> {
   }
 
  private:
-  int k_;
+  /// As many directions as keep their tangents within a quarter of what the
+  /// tape holds, counting three of the largest recorded value per direction
+  /// (an op's input, its output and one intermediate), and at least one.
+  static std::size_t auto_chunk(const TapeT<T>& tape) {
+    const std::size_t per_direction = 3 * std::max<std::size_t>(1, tape.largest_recorded());
+    return std::max<std::size_t>(1, tape.recorded_elements() / 4 / per_direction);
+  }
+
+  int k_, chunk_;
 };
 
 /// TF Privacy's microbatches, with examples assigned by id mod the number of
@@ -311,17 +330,17 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
   std::size_t count_;
 };
 
-int parse_positive(const std::string& spec, const std::string& prefix) {
-  std::string rest = spec.substr(prefix.size());
+/// The whole number >= 1 in `text`, which is `what` of strategy `spec`.
+int parse_positive(const std::string& spec, const std::string& text, const std::string& what) {
   std::size_t used = 0;
   long v = 0;
   try {
-    v = std::stol(rest, &used);
+    v = std::stol(text, &used);
   } catch (...) {
     used = 0;
   }
-  if (rest.empty() || used != rest.size() || v < 1 || v > 1000000)
-    throw std::invalid_argument("clip strategy '" + spec + "': " + prefix + " needs a whole number >= 1");
+  if (text.empty() || used != text.size() || v < 1 || v > 1000000)
+    throw std::invalid_argument("clip strategy '" + spec + "': " + what + " needs a whole number >= 1");
   return int(v);
 }
 
@@ -333,9 +352,14 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, do
   if (spec == "naive") return std::make_unique<NaiveStrategy<T>>();
   if (spec == "vanilla") return std::make_unique<VanillaStrategy<T>>();
   if (spec == "ghost") return std::make_unique<GhostStrategy<T>>();
-  if (spec.rfind("jl:", 0) == 0) return std::make_unique<JlStrategy<T>>(parse_positive(spec, "jl:"));
+  if (spec.rfind("jl:", 0) == 0) {  // jl:K or jl:K/C (C directions per pass)
+    const std::size_t slash = spec.find('/');
+    const int k = parse_positive(spec, spec.substr(3, slash == std::string::npos ? std::string::npos : slash - 3), "jl:");
+    const int c = slash == std::string::npos ? 0 : parse_positive(spec, spec.substr(slash + 1), "jl:K/");
+    return std::make_unique<JlStrategy<T>>(k, c);
+  }
   if (spec.rfind("microbatch:", 0) == 0) {
-    int m = parse_positive(spec, "microbatch:");
+    int m = parse_positive(spec, spec.substr(11), "microbatch:");
     if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");
     return std::make_unique<MicrobatchStrategy<T>>(m, expected_batch);
   }

@@ -41,7 +41,9 @@ class ClipStrategyT {
   virtual int jl_dim() const { return 0; }
 };
 
-/// "none", "naive", "vanilla", "ghost", "jl:K", "microbatch:M" (throws on others).
+/// "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C" (C directions per pass
+/// along the tape; jl:K picks C from the tape's size), "microbatch:M" (throws on
+/// others).
 /// `expected_batch` fixes the number of microbatches of microbatch:M.
 template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch = 0);

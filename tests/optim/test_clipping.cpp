@@ -407,3 +407,25 @@ TEST_CASE("clipping: a batch whose rows are not whole examples is refused") {
                          doctest::Contains("not whole examples"), std::invalid_argument);
   }
 }
+
+TEST_CASE("clipping: jl:K gives the same norms and sums whatever its chunks of directions") {
+  FastRng init(44), data(45);
+  auto model = make_cnn26k<double>(Activation::tanh, init);
+  BatchT<double> batch = make_batch({5, 1, 28, 28}, 10, data);
+  std::vector<ClipResult<double>> runs;
+  for (std::string s : {"jl:7", "jl:7/1", "jl:7/3", "jl:7/7", "jl:7/50"}) {
+    FastRng rng(46);  // the same directions for every chunking
+    runs.push_back(make_clip_strategy<double>(s)->clipped_sum(*model, batch, 0.05, rng));
+  }
+  REQUIRE(runs[0].clipped > 0);
+  for (std::size_t r = 1; r < runs.size(); ++r) {
+    CAPTURE(r);
+    DPGRAD_CHECK_CLOSE(runs[r].norms, runs[0].norms, 1e-10);
+    check_same_sum(runs[r], runs[0], 1e-10);
+  }
+  CHECK(make_clip_strategy<double>("jl:7/3")->name() == "jl:7/3");
+  CHECK(make_clip_strategy<double>("jl:7/3")->jl_dim() == 7);
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:7/0"), doctest::Contains("jl:K/"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:7/"), doctest::Contains("jl:K/"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:/3"), doctest::Contains("jl:"), std::invalid_argument);
+}
