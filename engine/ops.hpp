@@ -63,6 +63,18 @@ template <class T> TensorT<T> linear(const TensorT<T>& x, const TensorT<T>& w, c
 template <class T>
 TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids, std::int32_t padding_id = -1);
 
+// ---- recurrent cells (engine/ops/recurrent.cpp) ----
+// An LSTM step as three fused elementwise ops instead of a dozen small ones.
+// z (B, 4H) holds the gate pre-activations in the order [i f g o].
+/// Gate activations a = [sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)]: (B, 4H).
+///                                           d = a (1 - a) on i, f, o; 1 - a^2 on g
+template <class T> TensorT<T> lstm_gates(const TensorT<T>& z);
+/// The new cell state a_i a_g + a_f c (B, H), from gates a (B, 4H) and the
+/// previous state c (B, H); without c (a zero state) a_i a_g.
+template <class T> TensorT<T> lstm_state(const TensorT<T>& a, const TensorT<T>& c = {});
+/// The cell output a_o tanh(c) (B, H), from gates a (B, 4H) and the new state c (B, H).
+template <class T> TensorT<T> lstm_output(const TensorT<T>& a, const TensorT<T>& c);
+
 // ---- losses (engine/ops/loss.cpp) ----
 /// Per-sample softmax cross-entropy: logits (B, C), labels (B) in [0, C) -> (B).
 /// d/dz_i = softmax(z_i) - onehot(y_i); computed with the max subtracted.

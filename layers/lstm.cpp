@@ -1,6 +1,7 @@
 // LSTM and BiLSTM layers: one input projection for all steps, then a loop of
-// engine ops per step with masked state updates for padded sequences. No
-// derivative and no per-sample rule is written here.
+// engine ops per step (the fused cell ops lstm_gates, lstm_state, lstm_output)
+// with masked state updates for padded sequences. No derivative and no
+// per-sample rule is written here.
 #include "layers/lstm.hpp"
 
 #include <algorithm>
@@ -63,13 +64,9 @@ LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const 
     const std::size_t t = reverse ? steps - 1 - s : s;
     TensorT<T> z = reshape(slice(proj, 1, t, t + 1), {B, 4 * H});  // (B, 4H)
     if (h.defined()) z = add(z, linear(h, w_hh));
-    TensorT<T> i = sigmoid(slice(z, 1, 0, H));
-    TensorT<T> f = sigmoid(slice(z, 1, H, 2 * H));
-    TensorT<T> g = tanh(slice(z, 1, 2 * H, 3 * H));
-    TensorT<T> o = sigmoid(slice(z, 1, 3 * H, 4 * H));
-    TensorT<T> c_new = mul(i, g);
-    if (c.defined()) c_new = add(mul(f, c), c_new);
-    TensorT<T> h_new = mul(o, tanh(c_new));
+    const TensorT<T> a = lstm_gates(z);          // [i f g o]
+    TensorT<T> c_new = lstm_state(a, c);         // i g + f c (i g while c is zero)
+    TensorT<T> h_new = lstm_output(a, c_new);    // o tanh(c_new)
 
     ArrayT<T> m = xt::zeros<T>({B, std::size_t(1)});  // (B, 1): 1 where t < length
     std::size_t active = 0;

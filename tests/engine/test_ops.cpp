@@ -247,3 +247,42 @@ TEST_CASE("gradcheck: passes a correct rule and fails wrong ones") {
   CHECK(jvp.vjp_error < 1e-6);  // the reverse rule is right; only the forward one is wrong
   CHECK(jvp.report.find("jvp") != std::string::npos);
 }
+
+TEST_CASE("ops: fused LSTM cell ops") {
+  FastRng rng(61);
+  for (std::size_t H : {1, 3}) {
+    CAPTURE(H);
+    const std::size_t B = 2;
+    A z = randn<double>({B, 4 * H}, rng), c = randn<double>({B, H}, rng);
+    A gates = randn<double>({B, 4 * H}, rng, 0.5);
+    DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_gates(v[0]); }, {z}));
+    DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_state(v[0], v[1]); }, {gates, c}));
+    DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_state(v[0]); }, {gates}));
+    DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_output(v[0], v[1]); }, {gates, c}));
+    // a whole step, gates read by both cell ops (their gradients meet in one buffer)
+    auto step = [](const std::vector<D>& v) {
+      D a = lstm_gates(v[0]);
+      D c_new = lstm_state(a, v[1]);
+      return add(lstm_output(a, c_new), scale(c_new, 0.5));
+    };
+    DPGRAD_CHECK_GRADS(gradcheck(step, {z, c}));
+
+    // values: the same step from the unfused ops
+    D zt(z), ct(c);
+    D i = sigmoid(slice(zt, 1, 0, H)), f = sigmoid(slice(zt, 1, H, 2 * H));
+    D g = tanh(slice(zt, 1, 2 * H, 3 * H)), o = sigmoid(slice(zt, 1, 3 * H, 4 * H));
+    D c_ref = add(mul(i, g), mul(f, ct));
+    D h_ref = mul(o, tanh(c_ref));
+    D a = lstm_gates(zt);
+    DPGRAD_CHECK_CLOSE(slice(a, 1, 2 * H, 3 * H).value(), g.value(), 1e-14);
+    DPGRAD_CHECK_CLOSE(lstm_state(a, ct).value(), c_ref.value(), 1e-14);
+    DPGRAD_CHECK_CLOSE(lstm_state(a).value(), mul(i, g).value(), 1e-14);
+    DPGRAD_CHECK_CLOSE(lstm_output(a, c_ref).value(), h_ref.value(), 1e-14);
+  }
+  D bad_gates(A(xt::zeros<double>({2, 6})));
+  D state(A(xt::zeros<double>({2, 1})));
+  CHECK_THROWS_WITH_AS(lstm_gates(bad_gates), doctest::Contains("(B, 4H)"), std::invalid_argument);
+  D gates(A(xt::zeros<double>({2, 8})));
+  CHECK_THROWS_WITH_AS(lstm_state(gates, state), doctest::Contains("(B, H)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lstm_output(gates, state), doctest::Contains("(B, H)"), std::invalid_argument);
+}

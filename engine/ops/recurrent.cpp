@@ -1,0 +1,295 @@
+// Fused LSTM step ops: lstm_gates (the four gate nonlinearities in one pass),
+// lstm_state (c' = i g + f c) and lstm_output (h = o tanh c'), each with primal,
+// vjp and jvp. A step built from add, slice, sigmoid, tanh and mul runs about a
+// dozen ops on (B, H) arrays; these three do the same arithmetic in three passes.
+#include <array>
+
+#include <xtensor/xmath.hpp>
+
+#include "engine/ops.hpp"
+#include "engine/ops/common.hpp"
+#include "engine/parallel.hpp"
+
+namespace dpgrad {
+
+namespace {
+
+// Rows per parallel piece: at least this many values each.
+constexpr std::size_t kGrain = 1 << 15;
+
+template <class T>
+auto adapt(T* p, std::size_t n) {
+  return xt::adapt(p, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+}
+
+/// Calls f(r0, r1) over row ranges of `rows` rows of `width` values, in parallel pieces.
+template <class F>
+void for_rows(std::size_t rows, std::size_t width, F&& f) {
+  parallel::for_range(rows, std::max<std::size_t>(1, kGrain / std::max<std::size_t>(1, width)), f);
+}
+
+/// (B, 4H) -> H, or throws naming the op.
+std::size_t gate_width(const Shape& s, const char* op) {
+  if (s.size() != 2 || s[1] == 0 || s[1] % 4 != 0)
+    throw std::invalid_argument(std::string(op) + ": gates " + shape_str(s) + " must be (B, 4H) with H > 0");
+  return s[1] / 4;
+}
+
+void check_state(const Shape& gates, const Shape& c, const char* op) {
+  if (c != Shape{gates[0], gates[1] / 4})
+    throw std::invalid_argument(std::string(op) + ": state " + shape_str(c) + " must be (B, H) = " +
+                                shape_str({gates[0], gates[1] / 4}) + " for gates " + shape_str(gates));
+}
+
+/// The buffer for a's gradient; when it is new, every entry is set to zero
+/// first, since each cell op writes only its own gates' columns.
+template <class T>
+T* gate_grad(GradSlot<T>& slot) {
+  bool fresh;
+  ArrayT<T>& g = slot.buffer(fresh);
+  if (fresh) std::fill(g.begin(), g.end(), T(0));
+  return g.data();
+}
+
+template <class T>
+struct GatesOp final : Op<T> {
+  const char* name() const override { return "lstm_gates"; }
+
+  ArrayT<T> forward(Values<T> x) override {
+    const ArrayT<T>& z = *x[0];
+    const std::size_t H = gate_width(shape_of(z), name()), W = 4 * H;
+    ArrayT<T> a = ArrayT<T>::from_shape(z.shape());
+    const T* pz = z.data();
+    T* pa = a.data();
+    for_rows(z.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        const T* zr = pz + r * W;
+        T* ar = pa + r * W;
+        adapt(ar, 2 * H) = T(1) / (T(1) + xt::exp(-adapt(const_cast<T*>(zr), 2 * H)));
+        adapt(ar + 2 * H, H) = xt::tanh(adapt(const_cast<T*>(zr + 2 * H), H));
+        adapt(ar + 3 * H, H) = T(1) / (T(1) + xt::exp(-adapt(const_cast<T*>(zr + 3 * H), H)));
+      }
+    });
+    return a;
+  }
+  /// f'(z) from the output a: a (1 - a) on sigmoid columns, 1 - a^2 on the tanh ones.
+  static T slope(T a, std::size_t column, std::size_t H) {
+    return column >= 2 * H && column < 3 * H ? T(1) - a * a : a * (T(1) - a);
+  }
+  void vjp(const ArrayT<T>& dout, Values<T>, const ArrayT<T>& out, Slots<T> dx) override {
+    if (!dx[0]) return;
+    const std::size_t W = out.shape()[1], H = W / 4;
+    bool fresh;
+    ArrayT<T>& g = dx[0].buffer(fresh);
+    T* pg = g.data();
+    const T* pd = dout.data();
+    const T* pa = out.data();
+    for_rows(out.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r)
+        for (std::size_t j = 0, l = r * W; j < W; ++j, ++l) {
+          const T v = slope(pa[l], j, H) * pd[l];
+          pg[l] = fresh ? v : pg[l] + v;
+        }
+    });
+  }
+  ArrayT<T> jvp(Values<T>, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    const std::size_t W = out.shape()[1], H = W / 4, n = out.size();
+    ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
+    T* pr = r.data();
+    const T* pt = dot[0]->data();
+    const T* pa = out.data();
+    for_rows(out.shape()[0], W * k, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t row = r0; row < r1; ++row)
+        for (std::size_t j = 0, l = row * W; j < W; ++j, ++l) {
+          const T s = slope(pa[l], j, H);
+          for (std::size_t t = 0; t < k; ++t) pr[t * n + l] = s * pt[t * n + l];
+        }
+    });
+    return r;
+  }
+};
+
+/// c' = a_i a_g + a_f c (inputs: a, and c unless the previous state is zero).
+template <class T>
+struct StateOp final : Op<T> {
+  const char* name() const override { return "lstm_state"; }
+
+  ArrayT<T> forward(Values<T> x) override {
+    const ArrayT<T>& a = *x[0];
+    const std::size_t H = gate_width(shape_of(a), name()), W = 4 * H, B = a.shape()[0];
+    const bool has_c = x.size() > 1;
+    if (has_c) check_state(shape_of(a), shape_of(*x[1]), name());
+    ArrayT<T> c = ArrayT<T>::from_shape({B, H});
+    const T* pa = a.data();
+    const T* pc = has_c ? x[1]->data() : nullptr;
+    T* po = c.data();
+    for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        const T* ar = pa + r * W;
+        T* cr = po + r * H;
+        for (std::size_t j = 0; j < H; ++j) cr[j] = ar[j] * ar[2 * H + j];
+        if (has_c)
+          for (std::size_t j = 0; j < H; ++j) cr[j] += ar[H + j] * pc[r * H + j];
+      }
+    });
+    return c;
+  }
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
+    const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H;
+    const bool has_c = x.size() > 1;
+    const T* pa = x[0]->data();
+    const T* pc = has_c ? x[1]->data() : nullptr;
+    const T* pd = dout.data();
+    if (dx[0]) {
+      T* pg = gate_grad(dx[0]);
+      for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+          const T* ar = pa + r * W;
+          const T* dr = pd + r * H;
+          T* gr = pg + r * W;
+          for (std::size_t j = 0; j < H; ++j) {
+            gr[j] += dr[j] * ar[2 * H + j];  // d/da_i = a_g
+            gr[2 * H + j] += dr[j] * ar[j];  // d/da_g = a_i
+          }
+          if (has_c)
+            for (std::size_t j = 0; j < H; ++j) gr[H + j] += dr[j] * pc[r * H + j];  // d/da_f = c
+        }
+      });
+    }
+    if (has_c && dx[1]) {
+      bool fresh;
+      ArrayT<T>& g = dx[1].buffer(fresh);
+      T* pg = g.data();
+      for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r)
+          for (std::size_t j = 0, l = r * H; j < H; ++j, ++l) {
+            const T v = pd[l] * pa[r * W + H + j];  // d/dc = a_f
+            pg[l] = fresh ? v : pg[l] + v;
+          }
+      });
+    }
+  }
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H, n = out.size(), na = B * W;
+    const bool has_c = x.size() > 1;
+    const T* pa = x[0]->data();
+    const T* pc = has_c ? x[1]->data() : nullptr;
+    const T* ta = dot[0] ? dot[0]->data() : nullptr;
+    const T* tc = has_c && dot[1] ? dot[1]->data() : nullptr;
+    ArrayT<T> r = xt::zeros<T>(detail::with_k(k, shape_of(out)));
+    T* pr = r.data();
+    for_rows(B, W * k, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t t = 0; t < k; ++t)
+        for (std::size_t row = r0; row < r1; ++row) {
+          const T* ar = pa + row * W;
+          T* rr = pr + t * n + row * H;
+          if (ta) {
+            const T* dr = ta + t * na + row * W;
+            for (std::size_t j = 0; j < H; ++j) rr[j] += dr[j] * ar[2 * H + j] + ar[j] * dr[2 * H + j];
+            if (has_c)
+              for (std::size_t j = 0; j < H; ++j) rr[j] += dr[H + j] * pc[row * H + j];
+          }
+          if (tc) {
+            const T* cr = tc + t * n + row * H;
+            for (std::size_t j = 0; j < H; ++j) rr[j] += ar[H + j] * cr[j];
+          }
+        }
+    });
+    return r;
+  }
+};
+
+/// h = a_o tanh(c); keeps tanh(c) for its rules.
+template <class T>
+struct OutputOp final : Op<T> {
+  ArrayT<T> tc;  // tanh(c)
+  const char* name() const override { return "lstm_output"; }
+
+  ArrayT<T> forward(Values<T> x) override {
+    const ArrayT<T>& a = *x[0];
+    const std::size_t H = gate_width(shape_of(a), name()), W = 4 * H, B = a.shape()[0];
+    check_state(shape_of(a), shape_of(*x[1]), name());
+    tc = ArrayT<T>::from_shape({B, H});
+    ArrayT<T> h = ArrayT<T>::from_shape({B, H});
+    const T* pa = a.data();
+    const T* pc = x[1]->data();
+    T* pt = tc.data();
+    T* ph = h.data();
+    for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
+      adapt(pt + r0 * H, (r1 - r0) * H) = xt::tanh(adapt(const_cast<T*>(pc + r0 * H), (r1 - r0) * H));
+      for (std::size_t r = r0; r < r1; ++r)
+        for (std::size_t j = 0; j < H; ++j) ph[r * H + j] = pa[r * W + 3 * H + j] * pt[r * H + j];
+    });
+    return h;
+  }
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
+    const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H;
+    const T* pa = x[0]->data();
+    const T* pd = dout.data();
+    const T* pt = tc.data();
+    if (dx[0]) {
+      T* pg = gate_grad(dx[0]);
+      for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r)
+          for (std::size_t j = 0; j < H; ++j) pg[r * W + 3 * H + j] += pd[r * H + j] * pt[r * H + j];  // d/da_o = tanh c
+      });
+    }
+    if (dx[1]) {
+      bool fresh;
+      ArrayT<T>& g = dx[1].buffer(fresh);
+      T* pg = g.data();
+      for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r)
+          for (std::size_t j = 0, l = r * H; j < H; ++j, ++l) {
+            const T v = pd[l] * pa[r * W + 3 * H + j] * (T(1) - pt[l] * pt[l]);  // d/dc = a_o (1 - tanh^2 c)
+            pg[l] = fresh ? v : pg[l] + v;
+          }
+      });
+    }
+  }
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H, n = out.size(), na = B * W;
+    const T* pa = x[0]->data();
+    const T* pt = tc.data();
+    const T* ta = dot[0] ? dot[0]->data() : nullptr;
+    const T* tcd = dot[1] ? dot[1]->data() : nullptr;
+    ArrayT<T> r = xt::zeros<T>(detail::with_k(k, shape_of(out)));
+    T* pr = r.data();
+    for_rows(B, W * k, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t t = 0; t < k; ++t)
+        for (std::size_t row = r0; row < r1; ++row)
+          for (std::size_t j = 0, l = row * H; j < H; ++j, ++l) {
+            T v = 0;
+            if (ta) v += ta[t * na + row * W + 3 * H + j] * pt[l];
+            if (tcd) v += pa[row * W + 3 * H + j] * (T(1) - pt[l] * pt[l]) * tcd[t * n + l];
+            pr[t * n + l] = v;
+          }
+    });
+    return r;
+  }
+};
+
+}  // namespace
+
+template <class T>
+TensorT<T> lstm_gates(const TensorT<T>& z) {
+  return apply<T>(std::make_unique<GatesOp<T>>(), {z});
+}
+template <class T>
+TensorT<T> lstm_state(const TensorT<T>& a, const TensorT<T>& c) {
+  if (!c.defined()) return apply<T>(std::make_unique<StateOp<T>>(), {a});
+  return apply<T>(std::make_unique<StateOp<T>>(), {a, c});
+}
+template <class T>
+TensorT<T> lstm_output(const TensorT<T>& a, const TensorT<T>& c) {
+  return apply<T>(std::make_unique<OutputOp<T>>(), {a, c});
+}
+
+#define DPGRAD_INSTANTIATE(T)                                               \
+  template TensorT<T> lstm_gates(const TensorT<T>&);                        \
+  template TensorT<T> lstm_state(const TensorT<T>&, const TensorT<T>&);     \
+  template TensorT<T> lstm_output(const TensorT<T>&, const TensorT<T>&);
+DPGRAD_INSTANTIATE(float)
+DPGRAD_INSTANTIATE(double)
+
+}  // namespace dpgrad
