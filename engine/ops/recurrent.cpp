@@ -3,6 +3,7 @@
 // vjp and jvp. A step built from add, slice, sigmoid, tanh and mul runs about a
 // dozen ops on (B, H) arrays; these three do the same arithmetic in three passes.
 #include <array>
+#include <vector>
 
 #include <xtensor/xmath.hpp>
 
@@ -72,9 +73,12 @@ struct GatesOp final : Op<T> {
     });
     return a;
   }
-  /// f'(z) from the output a: a (1 - a) on sigmoid columns, 1 - a^2 on the tanh ones.
-  static T slope(T a, std::size_t column, std::size_t H) {
-    return column >= 2 * H && column < 3 * H ? T(1) - a * a : a * (T(1) - a);
+  /// d[0, 4H) = f'(z) of one row from its output a: a (1 - a) on the sigmoid
+  /// gates, 1 - a^2 on the tanh one (branch-free runs that vectorise).
+  static void slopes(const T* __restrict a, T* __restrict d, std::size_t H) {
+    for (std::size_t j = 0; j < 2 * H; ++j) d[j] = a[j] * (T(1) - a[j]);
+    for (std::size_t j = 2 * H; j < 3 * H; ++j) d[j] = T(1) - a[j] * a[j];
+    for (std::size_t j = 3 * H; j < 4 * H; ++j) d[j] = a[j] * (T(1) - a[j]);
   }
   void vjp(const ArrayT<T>& dout, Values<T>, const ArrayT<T>& out, Slots<T> dx) override {
     if (!dx[0]) return;
@@ -85,11 +89,14 @@ struct GatesOp final : Op<T> {
     const T* pd = dout.data();
     const T* pa = out.data();
     for_rows(out.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r)
-        for (std::size_t j = 0, l = r * W; j < W; ++j, ++l) {
-          const T v = slope(pa[l], j, H) * pd[l];
-          pg[l] = fresh ? v : pg[l] + v;
-        }
+      std::vector<T> d(W);
+      for (std::size_t r = r0; r < r1; ++r) {
+        slopes(pa + r * W, d.data(), H);
+        T* __restrict gr = pg + r * W;
+        const T* __restrict dr = pd + r * W;
+        if (fresh) for (std::size_t j = 0; j < W; ++j) gr[j] = d[j] * dr[j];
+        else for (std::size_t j = 0; j < W; ++j) gr[j] += d[j] * dr[j];
+      }
     });
   }
   ArrayT<T> jvp(Values<T>, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
@@ -99,11 +106,15 @@ struct GatesOp final : Op<T> {
     const T* pt = dot[0]->data();
     const T* pa = out.data();
     for_rows(out.shape()[0], W * k, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t row = r0; row < r1; ++row)
-        for (std::size_t j = 0, l = row * W; j < W; ++j, ++l) {
-          const T s = slope(pa[l], j, H);
-          for (std::size_t t = 0; t < k; ++t) pr[t * n + l] = s * pt[t * n + l];
+      std::vector<T> d(W);
+      for (std::size_t row = r0; row < r1; ++row) {
+        slopes(pa + row * W, d.data(), H);
+        for (std::size_t t = 0; t < k; ++t) {
+          T* __restrict rr = pr + t * n + row * W;
+          const T* __restrict tr = pt + t * n + row * W;
+          for (std::size_t j = 0; j < W; ++j) rr[j] = d[j] * tr[j];
         }
+      }
     });
     return r;
   }
