@@ -66,9 +66,12 @@ TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids, std::int
 // ---- recurrent cells (engine/ops/recurrent.cpp) ----
 // An LSTM step as three fused elementwise ops instead of a dozen small ones.
 // z (B, 4H) holds the gate pre-activations in the order [i f g o].
-/// Gate activations a = [sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)]: (B, 4H).
+/// Gate activations a = [sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)]: (B, 4H),
+/// of z = x + zh, zh (B, 4H) optional (the recurrent term h W_hh; undefined: zero).
 ///                                           d = a (1 - a) on i, f, o; 1 - a^2 on g
-template <class T> TensorT<T> lstm_gates(const TensorT<T>& z);
+template <class T> TensorT<T> lstm_gates(const TensorT<T>& x, const TensorT<T>& zh = {});
+/// The same with x = proj[:, t, :] read in place from proj (B, L, 4H).
+template <class T> TensorT<T> lstm_gates_at(const TensorT<T>& proj, std::size_t t, const TensorT<T>& zh = {});
 /// The new cell state a_i a_g + a_f c (B, H), from gates a (B, 4H) and the
 /// previous state c (B, H); without c (a zero state) a_i a_g.
 template <class T> TensorT<T> lstm_state(const TensorT<T>& a, const TensorT<T>& c = {});

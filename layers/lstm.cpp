@@ -62,9 +62,8 @@ LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const 
   TensorT<T> h, c;  // (B, H); undefined while every sample's state is still zero
   for (std::size_t s = 0; s < steps; ++s) {
     const std::size_t t = reverse ? steps - 1 - s : s;
-    TensorT<T> z = reshape(slice(proj, 1, t, t + 1), {B, 4 * H});  // (B, 4H)
-    if (h.defined()) z = add(z, linear(h, w_hh));
-    const TensorT<T> a = lstm_gates(z);          // [i f g o]
+    // gates [i f g o] of x_t W_ih + b (read in place from proj) + h W_hh
+    const TensorT<T> a = lstm_gates_at(proj, t, h.defined() ? linear(h, w_hh) : TensorT<T>());
     TensorT<T> c_new = lstm_state(a, c);         // i g + f c (i g while c is zero)
     TensorT<T> h_new = lstm_output(a, c_new);    // o tanh(c_new)
 

@@ -1,4 +1,5 @@
-// Fused LSTM step ops: lstm_gates (the four gate nonlinearities in one pass),
+// Fused LSTM step ops: lstm_gates (the four gate nonlinearities of x_t + h W_hh
+// in one pass, reading x_t in place from the sequence's input projection),
 // lstm_state (c' = i g + f c) and lstm_output (h = o tanh c'), each with primal,
 // vjp and jvp. A step built from add, slice, sigmoid, tanh and mul runs about a
 // dozen ops on (B, H) arrays; these three do the same arithmetic in three passes.
@@ -42,8 +43,8 @@ void check_state(const Shape& gates, const Shape& c, const char* op) {
                                 shape_str({gates[0], gates[1] / 4}) + " for gates " + shape_str(gates));
 }
 
-/// The buffer for a's gradient; when it is new, every entry is set to zero
-/// first, since each cell op writes only its own gates' columns.
+/// An input's gradient buffer for an op that adds to only part of it (its
+/// gates' columns, or its step's block); when new, it is zeroed first.
 template <class T>
 T* gate_grad(GradSlot<T>& slot) {
   bool fresh;
@@ -52,23 +53,49 @@ T* gate_grad(GradSlot<T>& slot) {
   return g.data();
 }
 
+/// a = act(x_t + zh): x is (B, 4H), or (B, L, 4H) read at step t (a whole
+/// sequence's input projection, so no per-step slice is copied); zh (B, 4H)
+/// is optional.
 template <class T>
 struct GatesOp final : Op<T> {
+  bool stepped = false;  // x is (B, L, 4H)
+  std::size_t t = 0, steps = 1;
   const char* name() const override { return "lstm_gates"; }
 
+  /// Offset of row r of x_t in x.
+  std::size_t x_row(std::size_t r, std::size_t W) const { return (r * steps + t) * W; }
+
   ArrayT<T> forward(Values<T> x) override {
-    const ArrayT<T>& z = *x[0];
-    const std::size_t H = gate_width(shape_of(z), name()), W = 4 * H;
-    ArrayT<T> a = ArrayT<T>::from_shape(z.shape());
-    const T* pz = z.data();
+    const Shape xs = shape_of(*x[0]);
+    Shape zs = xs;
+    if (stepped) {
+      if (xs.size() != 3 || t >= xs[1])
+        throw std::invalid_argument(std::string(name()) + ": step " + std::to_string(t) + " of input " +
+                                    shape_str(xs) + ", which must be (B, L, 4H) with the step < L");
+      steps = xs[1];
+      zs = Shape{xs[0], xs[2]};
+    }
+    const std::size_t H = gate_width(zs, name()), W = 4 * H;
+    const bool has_h = x.size() > 1;
+    if (has_h && shape_of(*x[1]) != zs)
+      throw std::invalid_argument(std::string(name()) + ": recurrent term " + shape_str(shape_of(*x[1])) +
+                                  " must match the gates " + shape_str(zs));
+    ArrayT<T> a = ArrayT<T>::from_shape(zs);
+    const T* px = x[0]->data();
+    const T* ph = has_h ? x[1]->data() : nullptr;
     T* pa = a.data();
-    for_rows(z.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
+    for_rows(zs[0], W, [&](std::size_t r0, std::size_t r1) {
+      std::vector<T> z(W);
       for (std::size_t r = r0; r < r1; ++r) {
-        const T* zr = pz + r * W;
+        const T* xr = px + x_row(r, W);
+        if (has_h)
+          for (std::size_t j = 0; j < W; ++j) z[j] = xr[j] + ph[r * W + j];
+        else
+          std::copy_n(xr, W, z.data());
         T* ar = pa + r * W;
-        adapt(ar, 2 * H) = T(1) / (T(1) + xt::exp(-adapt(const_cast<T*>(zr), 2 * H)));
-        adapt(ar + 2 * H, H) = xt::tanh(adapt(const_cast<T*>(zr + 2 * H), H));
-        adapt(ar + 3 * H, H) = T(1) / (T(1) + xt::exp(-adapt(const_cast<T*>(zr + 3 * H), H)));
+        adapt(ar, 2 * H) = T(1) / (T(1) + xt::exp(-adapt(z.data(), 2 * H)));
+        adapt(ar + 2 * H, H) = xt::tanh(adapt(z.data() + 2 * H, H));
+        adapt(ar + 3 * H, H) = T(1) / (T(1) + xt::exp(-adapt(z.data() + 3 * H, H)));
       }
     });
     return a;
@@ -80,39 +107,64 @@ struct GatesOp final : Op<T> {
     for (std::size_t j = 2 * H; j < 3 * H; ++j) d[j] = T(1) - a[j] * a[j];
     for (std::size_t j = 3 * H; j < 4 * H; ++j) d[j] = a[j] * (T(1) - a[j]);
   }
-  void vjp(const ArrayT<T>& dout, Values<T>, const ArrayT<T>& out, Slots<T> dx) override {
-    if (!dx[0]) return;
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
+    const bool has_h = x.size() > 1;
+    if (!dx[0] && !(has_h && dx[1])) return;
     const std::size_t W = out.shape()[1], H = W / 4;
-    bool fresh;
-    ArrayT<T>& g = dx[0].buffer(fresh);
-    T* pg = g.data();
+    T* gx = nullptr;
+    bool fresh_x = false;
+    if (dx[0]) {
+      if (stepped) gx = gate_grad(dx[0]);  // this step's block only: the rest starts at zero
+      else gx = dx[0].buffer(fresh_x).data();
+    }
+    T* gh = nullptr;
+    bool fresh_h = false;
+    if (has_h && dx[1]) gh = dx[1].buffer(fresh_h).data();
     const T* pd = dout.data();
     const T* pa = out.data();
     for_rows(out.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
       std::vector<T> d(W);
       for (std::size_t r = r0; r < r1; ++r) {
         slopes(pa + r * W, d.data(), H);
-        T* __restrict gr = pg + r * W;
         const T* __restrict dr = pd + r * W;
-        if (fresh) for (std::size_t j = 0; j < W; ++j) gr[j] = d[j] * dr[j];
-        else for (std::size_t j = 0; j < W; ++j) gr[j] += d[j] * dr[j];
+        for (std::size_t j = 0; j < W; ++j) d[j] *= dr[j];
+        if (gx) {
+          T* __restrict g = gx + (stepped ? x_row(r, W) : r * W);
+          if (fresh_x) std::copy_n(d.data(), W, g);
+          else for (std::size_t j = 0; j < W; ++j) g[j] += d[j];
+        }
+        if (gh) {
+          T* __restrict g = gh + r * W;
+          if (fresh_h) std::copy_n(d.data(), W, g);
+          else for (std::size_t j = 0; j < W; ++j) g[j] += d[j];
+        }
       }
     });
   }
-  ArrayT<T> jvp(Values<T>, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
-    const std::size_t W = out.shape()[1], H = W / 4, n = out.size();
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    const std::size_t W = out.shape()[1], H = W / 4, n = out.size(), nx = x[0]->size();
+    const bool has_h = x.size() > 1;
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     T* pr = r.data();
-    const T* pt = dot[0]->data();
+    const T* tx = dot[0] ? dot[0]->data() : nullptr;
+    const T* th = has_h && dot[1] ? dot[1]->data() : nullptr;
     const T* pa = out.data();
     for_rows(out.shape()[0], W * k, [&](std::size_t r0, std::size_t r1) {
       std::vector<T> d(W);
       for (std::size_t row = r0; row < r1; ++row) {
         slopes(pa + row * W, d.data(), H);
-        for (std::size_t t = 0; t < k; ++t) {
-          T* __restrict rr = pr + t * n + row * W;
-          const T* __restrict tr = pt + t * n + row * W;
-          for (std::size_t j = 0; j < W; ++j) rr[j] = d[j] * tr[j];
+        for (std::size_t j = 0; j < k; ++j) {
+          T* __restrict rr = pr + j * n + row * W;
+          if (tx) {
+            const T* __restrict xr = tx + j * nx + x_row(row, W);
+            for (std::size_t l = 0; l < W; ++l) rr[l] = d[l] * xr[l];
+          } else {
+            std::fill_n(rr, W, T(0));
+          }
+          if (th) {
+            const T* __restrict hr = th + j * n + row * W;
+            for (std::size_t l = 0; l < W; ++l) rr[l] += d[l] * hr[l];
+          }
         }
       }
     });
@@ -283,8 +335,17 @@ struct OutputOp final : Op<T> {
 }  // namespace
 
 template <class T>
-TensorT<T> lstm_gates(const TensorT<T>& z) {
-  return apply<T>(std::make_unique<GatesOp<T>>(), {z});
+TensorT<T> lstm_gates(const TensorT<T>& z, const TensorT<T>& zh) {
+  if (!zh.defined()) return apply<T>(std::make_unique<GatesOp<T>>(), {z});
+  return apply<T>(std::make_unique<GatesOp<T>>(), {z, zh});
+}
+template <class T>
+TensorT<T> lstm_gates_at(const TensorT<T>& proj, std::size_t t, const TensorT<T>& zh) {
+  auto op = std::make_unique<GatesOp<T>>();
+  op->stepped = true;
+  op->t = t;
+  if (!zh.defined()) return apply<T>(std::move(op), {proj});
+  return apply<T>(std::move(op), {proj, zh});
 }
 template <class T>
 TensorT<T> lstm_state(const TensorT<T>& a, const TensorT<T>& c) {
@@ -297,7 +358,8 @@ TensorT<T> lstm_output(const TensorT<T>& a, const TensorT<T>& c) {
 }
 
 #define DPGRAD_INSTANTIATE(T)                                               \
-  template TensorT<T> lstm_gates(const TensorT<T>&);                        \
+  template TensorT<T> lstm_gates(const TensorT<T>&, const TensorT<T>&);     \
+  template TensorT<T> lstm_gates_at(const TensorT<T>&, std::size_t, const TensorT<T>&); \
   template TensorT<T> lstm_state(const TensorT<T>&, const TensorT<T>&);     \
   template TensorT<T> lstm_output(const TensorT<T>&, const TensorT<T>&);
 DPGRAD_INSTANTIATE(float)

@@ -256,6 +256,21 @@ TEST_CASE("ops: fused LSTM cell ops") {
     A z = randn<double>({B, 4 * H}, rng), c = randn<double>({B, H}, rng);
     A gates = randn<double>({B, 4 * H}, rng, 0.5);
     DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_gates(v[0]); }, {z}));
+    DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_gates(v[0], v[1]); }, {z, gates}));
+    // step t of a (B, L, 4H) projection, read in place
+    A proj = randn<double>({B, 3, 4 * H}, rng);
+    for (std::size_t t : {0, 2}) {
+      CAPTURE(t);
+      DPGRAD_CHECK_GRADS(gradcheck([t](const std::vector<D>& v) { return lstm_gates_at(v[0], t); }, {proj}));
+      DPGRAD_CHECK_GRADS(gradcheck([t](const std::vector<D>& v) { return lstm_gates_at(v[0], t, v[1]); }, {proj, gates}));
+      D pt(proj), zh(gates);
+      DPGRAD_CHECK_CLOSE(lstm_gates_at(pt, t, zh).value(),
+                         lstm_gates(add(reshape(slice(pt, 1, t, t + 1), {B, 4 * H}), zh)).value(), 1e-15);
+    }
+    // two steps of one projection: their gradients meet in one buffer
+    DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) {
+      return add(lstm_gates_at(v[0], 1), lstm_gates_at(v[0], 0, v[1]));
+    }, {proj, gates}));
     DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_state(v[0], v[1]); }, {gates, c}));
     DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_state(v[0]); }, {gates}));
     DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return lstm_output(v[0], v[1]); }, {gates, c}));
@@ -282,6 +297,9 @@ TEST_CASE("ops: fused LSTM cell ops") {
   D bad_gates(A(xt::zeros<double>({2, 6})));
   D state(A(xt::zeros<double>({2, 1})));
   CHECK_THROWS_WITH_AS(lstm_gates(bad_gates), doctest::Contains("(B, 4H)"), std::invalid_argument);
+  D seq(A(xt::zeros<double>({2, 3, 8})));
+  CHECK_THROWS_WITH_AS(lstm_gates_at(seq, 3), doctest::Contains("step"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lstm_gates_at(seq, 0, state), doctest::Contains("recurrent term"), std::invalid_argument);
   D gates(A(xt::zeros<double>({2, 8})));
   CHECK_THROWS_WITH_AS(lstm_state(gates, state), doctest::Contains("(B, H)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(lstm_output(gates, state), doctest::Contains("(B, H)"), std::invalid_argument);
