@@ -78,12 +78,17 @@ struct LinearOp final : Op<T> {
       blas::gemm<T>(false, false, k * m, p, d, T(1), dot[0]->data(), x[1]->data(), T(0), r.data());
       beta = T(1);
     }
-    if (dot[1]) {  // x W_dot_j: whole products per thread (nested GEMMs run single-threaded)
-      parallel::for_range(k, 1, [&](std::size_t j0, std::size_t j1) {
-        for (std::size_t j = j0; j < j1; ++j)
-          blas::gemm<T>(false, false, m, p, d, T(1), x[0]->data(), dot[1]->data() + j * d * p, beta,
-                        r.data() + j * m * p);
-      });
+    if (dot[1]) {  // x W_dot_j
+      auto product = [&](std::size_t j) {
+        blas::gemm<T>(false, false, m, p, d, T(1), x[0]->data(), dot[1]->data() + j * d * p, beta, r.data() + j * m * p);
+      };
+      if (k % std::size_t(parallel::threads()) == 0) {  // whole products per thread (nested GEMMs run single-threaded)
+        parallel::for_range(k, 1, [&](std::size_t j0, std::size_t j1) {
+          for (std::size_t j = j0; j < j1; ++j) product(j);
+        });
+      } else {  // a share of products would leave threads idle: each product split over all of them
+        for (std::size_t j = 0; j < k; ++j) product(j);
+      }
       beta = T(1);
     }
     if (beta == T(0)) r.fill(T(0));

@@ -126,6 +126,13 @@ TEST_CASE("ops: linear") {
     CAPTURE(c.p);
     DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return linear(v[0], v[1], v[2]); }, {x, w, b}));
     DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return linear(v[0], v[1]); }, {x, w}));
+    // the jvp's x W_dot_j products: one per thread when k divides among them, else each split
+    for (std::size_t k : {1, 2, 4, 5}) {
+      CAPTURE(k);
+      GradcheckOptions o;
+      o.tangents = k;
+      DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return linear(v[0], v[1], v[2]); }, {x, w, b}, o));
+    }
   }
   // values: x W + b on a hand-checkable case
   NoRecordScope<double> none;
