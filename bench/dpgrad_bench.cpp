@@ -39,6 +39,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "examples/cli.hpp"
 #include "bench/bench_gemm.hpp"
 #include "bench/bench_process.hpp"
 #include "engine/runtime.hpp"
@@ -763,6 +764,7 @@ int main(int argc, char** argv) {
   keep_freed_memory();  // as dpgrad-train does: every method is timed with the same allocator settings
   Options o;
   CLI::App app{"dpgrad-bench: speed and memory of the clipping strategies against non-private training"};
+  dpgrad::name_cli_errors(app, "dpgrad-bench");
   app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp (comma-separated)")->delimiter(',');
   app.add_option("--batch", o.batches, "batch sizes (comma-separated)")->delimiter(',')->capture_default_str();
   app.add_option("--methods", o.methods, "none, naive, vanilla, ghost, jl:K, microbatch:M (comma-separated)")

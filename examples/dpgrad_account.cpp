@@ -21,6 +21,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "examples/cli.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 #include "privacy/gdp.hpp"
@@ -177,6 +178,7 @@ int print_curve(const Accountant& acc, const AccountantOptions& opts, double q, 
 int run(int argc, char** argv) {
   CLI::App app{"dpgrad-account: the privacy (epsilon, delta) of a DP-SGD run, or the noise multiplier for a "
                "target epsilon"};
+  dpgrad::name_cli_errors(app, "dpgrad-account");
   long n = 0, batch = 0, steps_opt = 0;
   double sigma = -1.0, epochs = 0.0, delta = 0.0, target = 0.0, fraction = 0.0;
   std::string accountant = "rdp";
@@ -201,9 +203,8 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "dpgrad-account: " << e.what() << "\n";
-    return 2;
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
 
   // ---- validation: every problem names the value ----

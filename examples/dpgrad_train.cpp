@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "examples/cli.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
@@ -565,6 +566,7 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   Options o;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
+  dpgrad::name_cli_errors(app, "dpgrad-train");
   app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
