@@ -116,6 +116,17 @@ TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon w
   CHECK(last_json(s.out)["noise_generator"].get<std::string>().find("secure") != std::string::npos);
 }
 
+TEST_CASE("dpgrad-train: augmentation multiplicity trains on views and says so; jl:K/C runs") {
+  Run r = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                      "--clip-strategy ghost --noise-multiplier 1 --augment-views 3");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("augmentation multiplicity: 3 random views per example") != std::string::npos);
+  Run j = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                      "--clip-strategy jl:3/2 --accountant pld --noise-multiplier 1 --json");
+  REQUIRE(j.status == 0);
+  CHECK(last_json(j.out)["epsilon"].get<double>() > 0);
+}
+
 TEST_CASE("dpgrad-train: --classes keeps two classes as a binary task; --model logreg is named so") {
   Run r = run(train + " --dataset synthetic --model logreg --classes 3,7 --optimizer sgd --batch-size 64 --epochs 1 --json");
   REQUIRE(r.status == 0);
@@ -158,6 +169,10 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --normalize 0.2",
       " --dataset synthetic --normalize 0.2,0",
       " --dataset synthetic --checkpoint-every -1",
+      " --dataset synthetic-text --model bilstm598k --augment-views 2",
+      " --dataset synthetic --augment-views 300",
+      " --dataset synthetic --augment-views 2 --augment-shift -1",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-strategy jl:5/0 --accountant pld",
   };
   for (const char* args : cases) {
     CAPTURE(args);
