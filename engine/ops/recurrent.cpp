@@ -53,6 +53,17 @@ T* gate_grad(GradSlot<T>& slot) {
   return g.data();
 }
 
+/// A state's gradient (B, H) += v(row, column, flat index), assigned when new.
+template <class T, class V>
+void add_to_state(GradSlot<T>& slot, std::size_t B, std::size_t H, V&& v) {
+  bool fresh;
+  T* pg = slot.buffer(fresh).data();
+  for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t j = 0, l = r * H; j < H; ++j, ++l) pg[l] = fresh ? v(r, j, l) : pg[l] + v(r, j, l);
+  });
+}
+
 /// a = act(x_t + zh): x is (B, 4H), or (B, L, 4H) read at step t (a whole
 /// sequence's input projection, so no per-step slice is copied); zh (B, 4H)
 /// is optional.
@@ -219,18 +230,8 @@ struct StateOp final : Op<T> {
         }
       });
     }
-    if (has_c && dx[1]) {
-      bool fresh;
-      ArrayT<T>& g = dx[1].buffer(fresh);
-      T* pg = g.data();
-      for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
-        for (std::size_t r = r0; r < r1; ++r)
-          for (std::size_t j = 0, l = r * H; j < H; ++j, ++l) {
-            const T v = pd[l] * pa[r * W + H + j];  // d/dc = a_f
-            pg[l] = fresh ? v : pg[l] + v;
-          }
-      });
-    }
+    if (has_c && dx[1])  // d/dc = a_f
+      add_to_state(dx[1], B, H, [&](std::size_t r, std::size_t j, std::size_t l) { return pd[l] * pa[r * W + H + j]; });
   }
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H, n = out.size(), na = B * W;
@@ -297,18 +298,10 @@ struct OutputOp final : Op<T> {
           for (std::size_t j = 0; j < H; ++j) pg[r * W + 3 * H + j] += pd[r * H + j] * pt[r * H + j];  // d/da_o = tanh c
       });
     }
-    if (dx[1]) {
-      bool fresh;
-      ArrayT<T>& g = dx[1].buffer(fresh);
-      T* pg = g.data();
-      for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
-        for (std::size_t r = r0; r < r1; ++r)
-          for (std::size_t j = 0, l = r * H; j < H; ++j, ++l) {
-            const T v = pd[l] * pa[r * W + 3 * H + j] * (T(1) - pt[l] * pt[l]);  // d/dc = a_o (1 - tanh^2 c)
-            pg[l] = fresh ? v : pg[l] + v;
-          }
+    if (dx[1])  // d/dc = a_o (1 - tanh^2 c)
+      add_to_state(dx[1], B, H, [&](std::size_t r, std::size_t j, std::size_t l) {
+        return pd[l] * pa[r * W + 3 * H + j] * (T(1) - pt[l] * pt[l]);
       });
-    }
   }
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H, n = out.size(), na = B * W;
