@@ -39,12 +39,12 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/cli.hpp"
 #include "bench/bench_gemm.hpp"
 #include "bench/bench_process.hpp"
 #include "engine/runtime.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
+#include "examples/cli.hpp"
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"

@@ -19,11 +19,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/cli.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
 #include "engine/tape.hpp"
+#include "examples/cli.hpp"
 #include "examples/data/augment.hpp"
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
