@@ -60,14 +60,20 @@ ArrayT<V> take_rows(const ArrayT<V>& a, const std::vector<std::size_t>& rows) {
 }  // namespace
 
 template <class T>
-BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& index) const {
+std::size_t BatchT<T>::examples() const {
   if (views == 0 || labels.size() % views != 0)
     throw std::invalid_argument("Batch: " + std::to_string(labels.size()) + " rows are not whole examples of " +
                                 std::to_string(views) + " views");
+  return labels.size() / views;
+}
+
+template <class T>
+BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& index) const {
+  const std::size_t count = examples();
   std::vector<std::size_t> rows;
   rows.reserve(index.size() * views);
   for (auto e : index) {
-    if (e >= examples()) throw std::out_of_range("Batch::select: example " + std::to_string(e) + " out of range");
+    if (e >= count) throw std::out_of_range("Batch::select: example " + std::to_string(e) + " out of range");
     for (std::size_t k = 0; k < views; ++k) rows.push_back(e * views + k);
   }
   BatchT<T> b;

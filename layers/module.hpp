@@ -71,8 +71,9 @@ struct BatchT {
   std::size_t views = 1;               // rows per example (R = examples() * views)
   /// Rows.
   std::size_t size() const { return labels.size(); }
-  /// Examples: what is clipped, sampled and counted for privacy.
-  std::size_t examples() const { return views == 0 ? 0 : labels.size() / views; }
+  /// Examples: what is clipped, sampled and counted for privacy. Throws unless
+  /// the rows are whole examples (views >= 1 dividing the row count).
+  std::size_t examples() const;
   /// The examples at `index` (each with all its views), in that order.
   BatchT select(const std::vector<std::size_t>& index) const;
 };

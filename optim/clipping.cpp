@@ -17,10 +17,7 @@ template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch) {
   TensorT<T> rows = cross_entropy(model.forward(batch), batch.labels);
   if (batch.views == 1) return rows;
-  if (batch.views == 0 || batch.size() % batch.views != 0)
-    throw std::invalid_argument("per-sample losses: " + std::to_string(batch.size()) + " rows are not whole examples of " +
-                                std::to_string(batch.views) + " views");
-  // (R) -> (B, views) -> the mean over each example's views: (B)
+  // (R) -> (B, views) -> the mean over each example's views: (B); examples() checks R = B * views
   return mean(reshape(rows, Shape{batch.examples(), batch.views}), {1});
 }
 
