@@ -139,16 +139,12 @@ struct GatesOp final : Op<T> {
         slopes(pa + r * W, d.data(), H);
         const T* __restrict dr = pd + r * W;
         for (std::size_t j = 0; j < W; ++j) d[j] *= dr[j];
-        if (gx) {
-          T* __restrict g = gx + (stepped ? x_row(r, W) : r * W);
-          if (fresh_x) std::copy_n(d.data(), W, g);
+        auto put = [&](T* __restrict g, bool fresh) {  // the row's dz into one input's gradient
+          if (fresh) std::copy_n(d.data(), W, g);
           else for (std::size_t j = 0; j < W; ++j) g[j] += d[j];
-        }
-        if (gh) {
-          T* __restrict g = gh + r * W;
-          if (fresh_h) std::copy_n(d.data(), W, g);
-          else for (std::size_t j = 0; j < W; ++j) g[j] += d[j];
-        }
+        };
+        if (gx) put(gx + (stepped ? x_row(r, W) : r * W), fresh_x);
+        if (gh) put(gh + r * W, fresh_h);
       }
     });
   }
