@@ -215,11 +215,11 @@ struct UnaryOp final : Op<T> {
 
   /// out[0, n) = f(a[0, n)).
   void primal(const T* a, T* out, std::size_t n) const {
-    switch (kind) {  // the transcendental ones through xtensor's vectorised kernels
-      case Unary::tanh: adapt(out, n) = xt::tanh(adapt(a, n)); return;
+    switch (kind) {  // tanh and sigmoid through squash, exp and log through xtensor
+      case Unary::tanh: detail::squash<detail::Squash::tanh>(a, static_cast<const T*>(nullptr), out, n); return;
       case Unary::exp: adapt(out, n) = xt::exp(adapt(a, n)); return;
       case Unary::log: adapt(out, n) = xt::log(adapt(a, n)); return;
-      case Unary::sigmoid: adapt(out, n) = T(1) / (T(1) + xt::exp(-adapt(a, n))); return;
+      case Unary::sigmoid: detail::squash<detail::Squash::sigmoid>(a, static_cast<const T*>(nullptr), out, n); return;
       case Unary::scale: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * c; return;
       case Unary::shift: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + c; return;
       case Unary::relu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] > T(0) ? a[i] : T(0); return;

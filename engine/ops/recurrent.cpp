@@ -6,8 +6,6 @@
 #include <array>
 #include <vector>
 
-#include <xtensor/xmath.hpp>
-
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
 #include "engine/parallel.hpp"
@@ -18,11 +16,6 @@ namespace {
 
 // Rows per parallel piece: at least this many values each.
 constexpr std::size_t kGrain = 1 << 15;
-
-template <class T>
-auto adapt(T* p, std::size_t n) {
-  return xt::adapt(p, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
-}
 
 /// Calls f(r0, r1) over row ranges of `rows` rows of `width` values, in parallel pieces.
 template <class F>
@@ -95,18 +88,16 @@ struct GatesOp final : Op<T> {
     const T* px = x[0]->data();
     const T* ph = has_h ? x[1]->data() : nullptr;
     T* pa = a.data();
+    using detail::Squash;
+    using detail::squash;
     for_rows(zs[0], W, [&](std::size_t r0, std::size_t r1) {
-      std::vector<T> z(W);
       for (std::size_t r = r0; r < r1; ++r) {
         const T* xr = px + x_row(r, W);
-        if (has_h)
-          for (std::size_t j = 0; j < W; ++j) z[j] = xr[j] + ph[r * W + j];
-        else
-          std::copy_n(xr, W, z.data());
+        const T* hr = has_h ? ph + r * W : nullptr;
         T* ar = pa + r * W;
-        adapt(ar, 2 * H) = T(1) / (T(1) + xt::exp(-adapt(z.data(), 2 * H)));
-        adapt(ar + 2 * H, H) = xt::tanh(adapt(z.data() + 2 * H, H));
-        adapt(ar + 3 * H, H) = T(1) / (T(1) + xt::exp(-adapt(z.data() + 3 * H, H)));
+        squash<Squash::sigmoid>(xr, hr, ar, 2 * H);  // i, f
+        squash<Squash::tanh>(xr + 2 * H, hr ? hr + 2 * H : nullptr, ar + 2 * H, H);  // g
+        squash<Squash::sigmoid>(xr + 3 * H, hr ? hr + 3 * H : nullptr, ar + 3 * H, H);  // o
       }
     });
     return a;
@@ -276,7 +267,7 @@ struct OutputOp final : Op<T> {
     T* pt = tc.data();
     T* ph = h.data();
     for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
-      adapt(pt + r0 * H, (r1 - r0) * H) = xt::tanh(adapt(const_cast<T*>(pc + r0 * H), (r1 - r0) * H));
+      detail::squash<detail::Squash::tanh>(pc + r0 * H, static_cast<const T*>(nullptr), pt + r0 * H, (r1 - r0) * H);
       for (std::size_t r = r0; r < r1; ++r)
         for (std::size_t j = 0; j < H; ++j) ph[r * H + j] = pa[r * W + 3 * H + j] * pt[r * H + j];
     });
