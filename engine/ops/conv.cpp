@@ -5,6 +5,7 @@
 #include "engine/conv.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
@@ -106,22 +107,41 @@ void for_each_window_row(const ConvGeom& g, std::size_t n0, std::size_t n1, F&& 
 /// Images per parallel piece: about 2^16 patch entries each.
 std::size_t image_grain(const ConvGeom& g) { return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, g.cols())); }
 
-/// Images [n0, n1) of im2col_kernel.
-template <class T>
+/// One window row: n values (Row of them when Row > 0, known at compile time).
+template <std::size_t Row, class T>
+inline void copy_row(const T* __restrict s, T* __restrict d, std::size_t n) {
+  if constexpr (Row > 0)
+    for (std::size_t l = 0; l < Row; ++l) d[l] = s[l];
+  else
+    for (std::size_t l = 0; l < n; ++l) d[l] = s[l];
+}
+
+/// Images [n0, n1) of im2col_kernel, written out as loops rather than through
+/// for_each_window_row: conv1's window rows are 8 values, so the work per row
+/// must be a handful of instructions (the walker's per-row call cost 6x the
+/// copy). A padded image is first copied into a zero-bordered buffer, so every
+/// window lies inside it and copies its kh rows straight. Row is kw * C when it
+/// is known at compile time, else 0.
+template <std::size_t Row, class T>
 void im2col_images(const T* x, std::size_t n0, std::size_t n1, const ConvGeom& g, T* cols) {
-  const std::size_t row = g.kw * g.c, c = g.c;
-  const std::size_t kw = g.kw;
-  for_each_window_row(g, n0, n1, [&](std::size_t from, std::size_t to, std::size_t j0, std::size_t j1) {
-    T* __restrict d = cols + to;
-    if (j0 == 0 && j1 == kw) {  // the common case: the whole window row is inside the image
-      const T* __restrict s = x + from;
-      for (std::size_t l = 0; l < row; ++l) d[l] = s[l];
-      return;
+  const std::size_t row = Row ? Row : g.kw * g.c, c = g.c;
+  const std::size_t ph = g.h + g.pad.top + g.pad.bottom, pw = g.w + g.pad.left + g.pad.right, line = pw * c;
+  const bool padded = ph != g.h || pw != g.w;
+  std::vector<T> frame(padded ? ph * line : 0, T(0));  // its border stays zero
+  T* d = cols + n0 * g.cols();
+  for (std::size_t n = n0; n < n1; ++n) {
+    const T* img = x + n * g.image();
+    if (padded) {
+      for (std::size_t y = 0; y < g.h; ++y)
+        std::copy_n(img + y * g.w * c, g.w * c, frame.data() + ((y + g.pad.top) * pw + g.pad.left) * c);
+      img = frame.data();
     }
-    std::fill(d, d + j0 * c, T(0));
-    std::copy_n(x + from, (j1 - j0) * c, d + j0 * c);
-    std::fill(d + j1 * c, d + row, T(0));
-  });
+    for (std::size_t oy = 0; oy < g.ho; ++oy)
+      for (std::size_t ox = 0; ox < g.wo; ++ox) {
+        const T* s = img + (oy * g.sh * pw + ox * g.sw) * c;
+        for (std::size_t i = 0; i < g.kh; ++i, d += row, s += line) copy_row<Row>(s, d, row);
+      }
+  }
 }
 
 /// Images [n0, n1) of col2im_kernel.
@@ -138,7 +158,14 @@ void col2im_images(const T* cols, std::size_t n0, std::size_t n1, const ConvGeom
 /// cols (images, Ho, Wo, kh*kw*C) = patches of x (images, H, W, C).
 template <class T>
 void im2col_kernel(const T* x, std::size_t images, const ConvGeom& g, T* cols) {
-  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) { im2col_images(x, n0, n1, g, cols); });
+  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) {
+    switch (g.kw * g.c) {
+      case 4: im2col_images<4>(x, n0, n1, g, cols); break;
+      case 8: im2col_images<8>(x, n0, n1, g, cols); break;
+      case 16: im2col_images<16>(x, n0, n1, g, cols); break;
+      default: im2col_images<0>(x, n0, n1, g, cols);
+    }
+  });
 }
 
 /// dx (images, H, W, C) += col2im(cols): every patch entry added back to its
