@@ -5,6 +5,7 @@
 #include "engine/conv.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "engine/ops.hpp"
@@ -80,99 +81,82 @@ ConvGeom conv_geometry(const Shape& xs, std::size_t kh, std::size_t kw, std::siz
   return g;
 }
 
-/// Walks every (image, output position, window row) of images [n0, n1) and hands
-/// the kernel the valid column range [j0, j1) of that row, or j0 = j1 when the
-/// row is padding. f(image offset of x at column j0 or 0, patch-row offset, j0, j1).
-template <class F>
-void for_each_window_row(const ConvGeom& g, std::size_t n0, std::size_t n1, F&& f) {
-  const ptrdiff_t h = ptrdiff_t(g.h), w = ptrdiff_t(g.w), kw = ptrdiff_t(g.kw);
-  const std::size_t row = g.kw * g.c;
-  std::size_t dst = n0 * g.cols();
-  for (std::size_t n = n0; n < n1; ++n) {
-    const std::size_t src = n * g.image();
-    for (std::size_t oy = 0; oy < g.ho; ++oy)
-      for (std::size_t ox = 0; ox < g.wo; ++ox) {
-        const ptrdiff_t x0 = ptrdiff_t(ox * g.sw) - ptrdiff_t(g.pad.left);  // column of window column 0
-        const ptrdiff_t j0 = std::clamp<ptrdiff_t>(-x0, 0, kw);
-        const ptrdiff_t j1 = std::clamp<ptrdiff_t>(w - x0, j0, kw);
-        for (std::size_t i = 0; i < g.kh; ++i, dst += row) {
-          const ptrdiff_t iy = ptrdiff_t(oy * g.sh + i) - ptrdiff_t(g.pad.top);
-          if (iy < 0 || iy >= h || j0 == j1) f(std::size_t(0), dst, 0, 0);
-          else f(src + std::size_t(iy * w + x0 + j0) * g.c, dst, std::size_t(j0), std::size_t(j1));
-        }
-      }
-  }
-}
-
 /// Images per parallel piece: about 2^16 patch entries each.
 std::size_t image_grain(const ConvGeom& g) { return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, g.cols())); }
 
-/// One window row: n values (Row of them when Row > 0, known at compile time).
-template <std::size_t Row, class T>
-inline void copy_row(const T* __restrict s, T* __restrict d, std::size_t n) {
-  if constexpr (Row > 0)
-    for (std::size_t l = 0; l < Row; ++l) d[l] = s[l];
-  else
-    for (std::size_t l = 0; l < n; ++l) d[l] = s[l];
-}
-
-/// Images [n0, n1) of im2col_kernel, written out as loops rather than through
-/// for_each_window_row: conv1's window rows are 8 values, so the work per row
-/// must be a handful of instructions (the walker's per-row call cost 6x the
-/// copy). A padded image is first copied into a zero-bordered buffer, so every
-/// window lies inside it and copies its kh rows straight. Row is kw * C when it
-/// is known at compile time, else 0.
-template <std::size_t Row, class T>
-void im2col_images(const T* x, std::size_t n0, std::size_t n1, const ConvGeom& g, T* cols) {
-  const std::size_t row = Row ? Row : g.kw * g.c, c = g.c;
-  const std::size_t ph = g.h + g.pad.top + g.pad.bottom, pw = g.w + g.pad.left + g.pad.right, line = pw * c;
-  const bool padded = ph != g.h || pw != g.w;
-  std::vector<T> frame(padded ? ph * line : 0, T(0));  // its border stays zero
-  T* d = cols + n0 * g.cols();
-  for (std::size_t n = n0; n < n1; ++n) {
-    const T* img = x + n * g.image();
-    if (padded) {
-      for (std::size_t y = 0; y < g.h; ++y)
-        std::copy_n(img + y * g.w * c, g.w * c, frame.data() + ((y + g.pad.top) * pw + g.pad.left) * c);
-      img = frame.data();
-    }
-    for (std::size_t oy = 0; oy < g.ho; ++oy)
-      for (std::size_t ox = 0; ox < g.wo; ++ox) {
-        const T* s = img + (oy * g.sh * pw + ox * g.sw) * c;
-        for (std::size_t i = 0; i < g.kh; ++i, d += row, s += line) copy_row<Row>(s, d, row);
-      }
+/// A window row's n values copied (Add: added) from s to d; Row of them when
+/// Row > 0, known at compile time, so that rows as short as conv1's 8 values
+/// cost a handful of instructions rather than a loop's setup.
+template <std::size_t Row, bool Add, class T>
+inline void move_row(const T* __restrict s, T* __restrict d, std::size_t n) {
+  const std::size_t len = Row ? Row : n;
+  for (std::size_t l = 0; l < len; ++l) {
+    if constexpr (Add) d[l] += s[l];
+    else d[l] = s[l];
   }
 }
 
-/// Images [n0, n1) of col2im_kernel.
-template <class T>
-void col2im_images(const T* cols, std::size_t n0, std::size_t n1, const ConvGeom& g, T* dx) {
-  const std::size_t c = g.c;
-  for_each_window_row(g, n0, n1, [&](std::size_t to, std::size_t from, std::size_t j0, std::size_t j1) {
-    const T* s = cols + from + j0 * c;
-    T* d = dx + to;
-    for (std::size_t l = 0, n = (j1 - j0) * c; l < n; ++l) d[l] += s[l];
+/// Patches of images [n0, n1), or (ToImage) patches added back onto the images.
+/// A padded image goes through a zero-bordered frame, so every window lies
+/// inside it and its kh rows are contiguous runs: no per-row bounds or calls.
+/// Row is kw * C when known at compile time, else 0.
+template <std::size_t Row, bool ToImage, class T>
+void patch_images(const T* src, std::size_t n0, std::size_t n1, const ConvGeom& g, T* dst) {
+  const std::size_t row = g.kw * g.c, c = g.c, ph = g.h + g.pad.top + g.pad.bottom,
+                    pw = g.w + g.pad.left + g.pad.right, line = pw * c, width = g.w * c;
+  const bool padded = ph != g.h || pw != g.w;
+  std::vector<T> frame(padded ? ph * line : 0, T(0));
+  auto frame_row = [&](std::size_t y) { return frame.data() + ((y + g.pad.top) * pw + g.pad.left) * c; };
+  const T* patch_in = src + n0 * g.cols();  // im2col's destination, col2im's source
+  T* patch_out = dst + n0 * g.cols();
+  for (std::size_t n = n0; n < n1; ++n) {
+    std::conditional_t<ToImage, T*, const T*> img;  // the image the windows lie in: x, dx, or the frame
+    if constexpr (ToImage) {
+      if (padded) std::fill(frame.begin(), frame.end(), T(0));
+      img = padded ? frame.data() : dst + n * g.image();
+    } else {
+      if (padded)
+        for (std::size_t y = 0; y < g.h; ++y) std::copy_n(src + n * g.image() + y * width, width, frame_row(y));
+      img = padded ? frame.data() : src + n * g.image();
+    }
+    for (std::size_t oy = 0; oy < g.ho; ++oy)
+      for (std::size_t ox = 0; ox < g.wo; ++ox) {
+        auto p = img + (oy * g.sh * pw + ox * g.sw) * c;
+        for (std::size_t i = 0; i < g.kh; ++i, p += line) {
+          if constexpr (ToImage) move_row<Row, true>(patch_in, p, row), patch_in += row;
+          else move_row<Row, false>(p, patch_out, row), patch_out += row;
+        }
+      }
+    if (ToImage && padded)
+      for (std::size_t y = 0; y < g.h; ++y) move_row<0, true>(frame_row(y), dst + n * g.image() + y * width, width);
+  }
+}
+
+/// patch_images over images [0, images) in parallel pieces (images are
+/// independent), with the row length fixed at compile time for common sizes.
+template <bool ToImage, class T>
+void patch_kernel(const T* src, std::size_t images, const ConvGeom& g, T* dst) {
+  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) {
+    switch (g.kw * g.c) {
+      case 4: patch_images<4, ToImage>(src, n0, n1, g, dst); break;
+      case 8: patch_images<8, ToImage>(src, n0, n1, g, dst); break;
+      case 16: patch_images<16, ToImage>(src, n0, n1, g, dst); break;
+      case 64: patch_images<64, ToImage>(src, n0, n1, g, dst); break;
+      default: patch_images<0, ToImage>(src, n0, n1, g, dst);
+    }
   });
 }
 
 /// cols (images, Ho, Wo, kh*kw*C) = patches of x (images, H, W, C).
 template <class T>
 void im2col_kernel(const T* x, std::size_t images, const ConvGeom& g, T* cols) {
-  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) {
-    switch (g.kw * g.c) {
-      case 4: im2col_images<4>(x, n0, n1, g, cols); break;
-      case 8: im2col_images<8>(x, n0, n1, g, cols); break;
-      case 16: im2col_images<16>(x, n0, n1, g, cols); break;
-      default: im2col_images<0>(x, n0, n1, g, cols);
-    }
-  });
+  patch_kernel<false>(x, images, g, cols);
 }
 
-/// dx (images, H, W, C) += col2im(cols): every patch entry added back to its
-/// pixel. Images are independent, so pieces of images run in parallel.
+/// dx (images, H, W, C) += col2im(cols): every patch entry added back to its pixel.
 template <class T>
 void col2im_kernel(const T* cols, std::size_t images, const ConvGeom& g, T* dx) {
-  parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) { col2im_images(cols, n0, n1, g, dx); });
+  patch_kernel<true>(cols, images, g, dx);
 }
 
 template <class T>

@@ -49,6 +49,7 @@ std::vector<Geometry> geometries() {
       {{1, 3, 3, 2}, 1, 1, 2, 2, Padding::explicit_pads(2, 2, 0, 3)},  // pad wider than the kernel
       {{2, 10, 9, 1}, 8, 8, 2, 2, Padding::same()},                  // window rows of 8 values (cnn26k's conv1)
       {{2, 7, 8, 4}, 4, 4, 2, 1, Padding::explicit_pads(1, 2, 0, 1)},  // window rows of 16 values
+      {{1, 6, 6, 16}, 4, 4, 2, 2, Padding::explicit_pads(1, 0, 0, 1)},  // window rows of 64 values (conv2)
   };
 }
 
