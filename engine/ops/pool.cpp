@@ -1,6 +1,6 @@
-// max_pool2d over 'valid' windows of channels-last images. The vjp scatters
-// dout to each window's argmax and the jvp gathers the tangents there; the
-// argmax is found again from the input and the output rather than stored.
+// max_pool2d over 'valid' windows of channels-last images. The forward pass
+// keeps each output's argmax (its element's index in the window, 2 bytes); the
+// vjp scatters dout there and the jvp gathers the tangents from there.
 // Ties: the first maximum (row-major in the window) wins.
 #include <algorithm>
 #include <cstdint>
@@ -46,29 +46,14 @@ std::size_t pool_grain(const PoolGeom& g) {
   return std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(1, g.per_image()));
 }
 
-/// The argmax of a window is the first of its elements equal to the output
-/// (exactly the one a strict "greater than" scan keeps), so no index is stored:
-/// the rules find it again. A NaN output comes only from a NaN first element
-/// (nothing compares greater than NaN), and that element is its argmax, so every
-/// output has exactly one. Calls pick(out offset, x offset, len, take) with
-/// take[l] = 1 where x[x offset + l] is the argmax of output (out offset + l).
-template <class T, class F>
-void for_each_argmax(const PoolGeom& g, std::size_t n0, std::size_t n1, const T* x, const T* out, F&& pick) {
-  std::vector<unsigned char> found(g.run()), take(g.run());
+/// for_each_window_element with the element's index in its window (row-major)
+/// instead of the first flag: f(out offset, x offset, len, index).
+template <class F>
+void for_each_indexed_element(const PoolGeom& g, std::size_t n0, std::size_t n1, F&& f) {
+  std::uint16_t e = 0;
   for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, bool first) {
-    unsigned char* __restrict fp = found.data();
-    unsigned char* __restrict tp = take.data();
-    const T* __restrict v = x + xo;
-    const T* __restrict m = out + o;
-    if (first) {
-      for (std::size_t l = 0; l < len; ++l) fp[l] = tp[l] = (v[l] == m[l]) | (m[l] != m[l]);
-    } else {
-      for (std::size_t l = 0; l < len; ++l) {
-        tp[l] = (!fp[l]) & (v[l] == m[l]);
-        fp[l] |= tp[l];
-      }
-    }
-    pick(o, xo, len, tp);
+    e = first ? 0 : std::uint16_t(e + 1);
+    f(o, xo, len, e);
   });
 }
 
@@ -76,6 +61,7 @@ template <class T>
 struct MaxPoolOp final : Op<T> {
   std::size_t kh = 0, kw = 0, sh = 0, sw = 0;
   PoolGeom g;
+  std::vector<std::uint16_t> argmax;  // per output: its window element, row-major
   const char* name() const override { return "max_pool2d"; }
 
   ArrayT<T> forward(Values<T> xv) override {
@@ -89,17 +75,29 @@ struct MaxPoolOp final : Op<T> {
     if (h < kh || w < kw)
       throw std::invalid_argument("max_pool2d: window " + std::to_string(kh) + "x" + std::to_string(kw) +
                                   " is larger than the image of x " + shape_str(xs));
+    if (kh * kw > 65536)
+      throw std::invalid_argument("max_pool2d: window " + std::to_string(kh) + "x" + std::to_string(kw) +
+                                  " has more than 65536 elements");
     g = PoolGeom{b, h, w, c, kh, kw, sh, sw, (h - kh) / sh + 1, (w - kw) / sw + 1};
     ArrayT<T> out = ArrayT<T>::from_shape({b, g.ho, g.wo, c});
+    argmax.assign(out.size(), 0);
     const T* xp = x.data();
     T* op = out.data();
+    std::uint16_t* ap = argmax.data();
     parallel::for_range(b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
-      for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, bool first) {
+      for_each_indexed_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
         T* __restrict m = op + o;
+        std::uint16_t* __restrict a = ap + o;
         const T* __restrict v = xp + xo;
-        if (first) std::copy_n(v, len, m);
-        else
-          for (std::size_t l = 0; l < len; ++l) m[l] = v[l] > m[l] ? v[l] : m[l];  // strict: the first max wins
+        if (e == 0) {
+          std::copy_n(v, len, m);
+          return;
+        }
+        for (std::size_t l = 0; l < len; ++l) {  // strict: the first max wins, and a NaN first element stays
+          const bool greater = v[l] > m[l];
+          m[l] = greater ? v[l] : m[l];
+          a[l] = greater ? e : a[l];
+        }
       });
     });
     return out;
@@ -113,12 +111,13 @@ struct MaxPoolOp final : Op<T> {
     if (fresh) gx.fill(T(0));
     T* gp = gx.data();
     const T* dp = dout.data();
+    const std::uint16_t* ap = argmax.data();
     parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
-      for_each_argmax(g, n0, n1, x[0]->data(), out.data(), [&](std::size_t o, std::size_t xo, std::size_t len,
-                                                               const unsigned char* take) {
+      for_each_indexed_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
         T* __restrict d = gp + xo;
         const T* __restrict u = dp + o;
-        for (std::size_t l = 0; l < len; ++l) d[l] += take[l] ? u[l] : T(0);
+        const std::uint16_t* __restrict a = ap + o;
+        for (std::size_t l = 0; l < len; ++l) d[l] += a[l] == e ? u[l] : T(0);
       });
     });
   }
@@ -132,13 +131,14 @@ struct MaxPoolOp final : Op<T> {
     const std::size_t n_out = out.size(), n_in = x[0]->size();
     T* rp = r.data();
     const T* tp = dot[0]->data();
+    const std::uint16_t* ap = argmax.data();
     parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
-      for_each_argmax(g, n0, n1, x[0]->data(), out.data(), [&](std::size_t o, std::size_t xo, std::size_t len,
-                                                               const unsigned char* take) {
+      for_each_indexed_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
+        const std::uint16_t* __restrict a = ap + o;
         for (std::size_t j = 0; j < k; ++j) {
           T* __restrict d = rp + j * n_out + o;
           const T* __restrict t = tp + j * n_in + xo;
-          for (std::size_t l = 0; l < len; ++l) d[l] = take[l] ? t[l] : d[l];
+          for (std::size_t l = 0; l < len; ++l) d[l] = a[l] == e ? t[l] : d[l];
         }
       });
     });
