@@ -2,6 +2,9 @@
 // convolutions (after im2col) and recurrent cells. Besides its rules it records
 // each use of W and b for the per-sample rules (engine/tape.hpp).
 #include <algorithm>
+#include <atomic>
+#include <utility>
+#include <vector>
 
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
@@ -12,6 +15,39 @@
 namespace dpgrad {
 namespace {
 using detail::shape_str;
+
+/// Rows per parallel piece of the bias passes: about 2^14 values each.
+inline std::size_t bias_grain(std::size_t p) { return std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(1, p)); }
+
+/// Every row of out (m, p) = b.
+template <class T>
+void fill_rows(const T* b, std::size_t m, std::size_t p, T* out) {
+  parallel::for_range(m, bias_grain(p), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t i = r0; i < r1; ++i) std::copy_n(b, p, out + i * p);
+  });
+}
+
+/// g (p) += the column sums of r (m, p): each piece of rows sums apart, then
+/// the pieces are added in row order (the same rounding every run).
+template <class T>
+void add_column_sums(const T* r, std::size_t m, std::size_t p, T* g) {
+  std::vector<std::pair<std::size_t, std::vector<T>>> partial(std::size_t(parallel::threads()));
+  std::atomic<std::size_t> next{0};
+  parallel::for_range(m, bias_grain(p), [&](std::size_t r0, std::size_t r1) {
+    auto& [first, sum] = partial[next.fetch_add(1)];
+    first = r0;
+    sum.assign(p, T(0));
+    T* __restrict s = sum.data();
+    for (std::size_t i = r0; i < r1; ++i) {
+      const T* __restrict row = r + i * p;
+      for (std::size_t j = 0; j < p; ++j) s[j] += row[j];
+    }
+  });
+  partial.resize(next.load());
+  std::sort(partial.begin(), partial.end());
+  for (const auto& [first, sum] : partial)
+    for (std::size_t j = 0; j < p; ++j) g[j] += sum[j];
+}
 
 template <class T>
 struct LinearOp final : Op<T> {
@@ -36,11 +72,7 @@ struct LinearOp final : Op<T> {
     Shape os = shape_of(a);
     os.back() = p;
     ArrayT<T> out = ArrayT<T>::from_shape(os);
-    if (has_bias) {  // every row starts as b; the GEMM adds x W (beta 1)
-      const T* bp = x[2]->data();
-      T* o = out.data();
-      for (std::size_t i = 0; i < m; ++i, o += p) std::copy_n(bp, p, o);
-    }
+    if (has_bias) fill_rows(x[2]->data(), m, p, out.data());  // every row starts as b; the GEMM adds x W (beta 1)
     blas::gemm<T>(false, false, m, p, d, T(1), a.data(), w.data(), has_bias ? T(1) : T(0), out.data());
     return out;
   }
@@ -57,11 +89,8 @@ struct LinearOp final : Op<T> {
     }
     if (has_bias && dx[2] && (param_grads || !b_use)) {  // db = column sums of dout (m, p)
       ArrayT<T>& g = dx[2].buffer(fresh);
-      T* gp = g.data();
-      if (fresh) std::fill_n(gp, p, T(0));
-      const T* r = dout.data();
-      for (std::size_t i = 0; i < m; ++i, r += p)
-        for (std::size_t j = 0; j < p; ++j) gp[j] += r[j];
+      if (fresh) std::fill(g.begin(), g.end(), T(0));
+      add_column_sums(dout.data(), m, p, g.data());
     }
   }
 

@@ -1,5 +1,6 @@
-// The engine's thread pool and the GEMMs it splits: every index covered once,
-// errors carried back, nesting inline, and split products equal to one call.
+// The engine's thread pool and the work it splits: every index covered once,
+// errors carried back, nesting inline, and split GEMMs and bias passes equal to
+// the definition.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -7,10 +8,15 @@
 #include <vector>
 
 #include "engine/blas.hpp"
+#include "engine/ops.hpp"
 #include "engine/parallel.hpp"
+#include "engine/tape.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;
+using test::randn;
+using D = TensorT<double>;
+using A = ArrayT<double>;
 
 namespace {
 /// Sets the engine's thread count for one scope.
@@ -100,5 +106,31 @@ TEST_CASE("blas::gemm split across threads equals the definition (rows, columns 
       for (std::size_t i = 0; i < cf.size(); ++i) worst_f = std::max(worst_f, std::abs(double(cf[i]) - want[i]));
       CHECK(worst_f < 1e-5 * double(s.k));
     }
+  }
+}
+
+TEST_CASE("linear's bias passes split across threads: every row starts as b, db = column sums of dout") {
+  FastRng rng(77);
+  const std::size_t m = 10001, d = 3, p = 5;  // rows enough for a piece per thread (about 2^14 values each)
+  A x = randn<double>({m, d}, rng), w = randn<double>({d, p}, rng), b = randn<double>({p}, rng),
+    r = randn<double>({m, p}, rng);
+  A want_out = xt::zeros<double>({m, p});
+  std::vector<double> want_db(p, 0.0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < p; ++j) {
+      want_out(i, j) = b(j);
+      for (std::size_t l = 0; l < d; ++l) want_out(i, j) += x(i, l) * w(l, j);
+      want_db[j] += r(i, j);
+    }
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    ThreadsScope scope(threads);
+    TapeT<double> tape;
+    RecordScope<double> record(tape);
+    D wt = make_parameter<double>("w", w), bt = make_parameter<double>("b", b);
+    D out = linear(D(x), wt, bt);
+    DPGRAD_CHECK_CLOSE(out.value(), want_out, 1e-9);
+    tape.backward(sum(mul(out, D(r))));  // dout = r
+    for (std::size_t j = 0; j < p; ++j) CHECK(bt.grad()(j) == doctest::Approx(want_db[j]).epsilon(1e-12));
   }
 }
