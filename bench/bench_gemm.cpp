@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/blas.hpp"
 #include "engine/parallel.hpp"
@@ -53,30 +54,23 @@ double total_flops(const std::vector<GemmShape>& gemms) {
   return f;
 }
 
-double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds, bool openblas_threads) {
-  if (gemms.empty()) return 0;
+GemmLoop::GemmLoop(std::vector<GemmShape> gemms, bool openblas_threads)
+    : gemms_(std::move(gemms)), openblas_threads_(openblas_threads) {
   std::size_t a_max = 0, b_max = 0, c_max = 0;
-  for (const auto& s : gemms) {
+  for (const auto& s : gemms_) {
     a_max = std::max(a_max, s.m * s.k);
     b_max = std::max(b_max, s.k * s.n);
     c_max = std::max(c_max, s.m * s.n);
   }
-  std::vector<float> a(a_max), bm(b_max), c(c_max, 0.0f);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 17) - 8) * 0.01f;
-  for (std::size_t i = 0; i < bm.size(); ++i) bm[i] = float(int(i % 13) - 6) * 0.01f;
-  auto pass = [&] {
-    auto t0 = std::chrono::steady_clock::now();
-    for (const auto& s : gemms)
-      for (std::size_t r = 0; r < s.count; ++r)
-        if (openblas_threads)
-          cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
-                      int(s.m), int(s.n), int(s.k), 1.0f, a.data(), s.trans_a ? int(s.m) : int(s.k), bm.data(),
-                      s.trans_b ? int(s.k) : int(s.n), 0.0f, c.data(), int(s.n));
-        else
-          blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), bm.data(), 0.0f, c.data());
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  struct OpenblasThreads {  // OpenBLAS's own threads for this measurement, then one again (the engine's setting)
+  a_.resize(a_max);
+  b_.resize(b_max);
+  c_.assign(c_max, 0.0f);
+  for (std::size_t i = 0; i < a_.size(); ++i) a_[i] = float(int(i % 17) - 8) * 0.01f;
+  for (std::size_t i = 0; i < b_.size(); ++i) b_[i] = float(int(i % 13) - 6) * 0.01f;
+}
+
+double GemmLoop::pass() {
+  struct OpenblasThreads {  // OpenBLAS's own threads for this pass, then one again (the engine's setting)
     bool on;
     explicit OpenblasThreads(bool o) : on(o) {
       if (on) openblas_set_num_threads(parallel::threads());
@@ -84,12 +78,27 @@ double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds, bool 
     ~OpenblasThreads() {
       if (on) openblas_set_num_threads(1);
     }
-  } threads_scope(openblas_threads);
-  pass();  // warm-up: OpenBLAS buffers, threads, page faults
+  } threads_scope(openblas_threads_);
+  auto t0 = std::chrono::steady_clock::now();
+  for (const auto& s : gemms_)
+    for (std::size_t r = 0; r < s.count; ++r)
+      if (openblas_threads_)
+        cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+                    int(s.m), int(s.n), int(s.k), 1.0f, a_.data(), s.trans_a ? int(s.m) : int(s.k), b_.data(),
+                    s.trans_b ? int(s.k) : int(s.n), 0.0f, c_.data(), int(s.n));
+      else
+        blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a_.data(), b_.data(), 0.0f, c_.data());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double time_gemms(const std::vector<GemmShape>& gemms, double min_seconds, bool openblas_threads) {
+  if (gemms.empty()) return 0;
+  GemmLoop loop(gemms, openblas_threads);
+  loop.pass();  // warm-up: OpenBLAS buffers, threads, page faults
   std::vector<double> times;
   double spent = 0;
   while (times.size() < 3 || (spent < min_seconds && times.size() < 1000)) {
-    times.push_back(pass());
+    times.push_back(loop.pass());
     spent += times.back();
   }
   std::sort(times.begin(), times.end());

@@ -28,6 +28,20 @@ std::vector<GemmShape> step_gemms(const std::string& model, std::size_t batch, s
 
 double total_flops(const std::vector<GemmShape>& gemms);
 
+/// One pass over `gemms` on buffers allocated once, through the engine's
+/// blas::gemm or (openblas_threads) as plain cblas_sgemm calls.
+class GemmLoop {
+ public:
+  GemmLoop(std::vector<GemmShape> gemms, bool openblas_threads = false);
+  /// Seconds of one pass.
+  double pass();
+
+ private:
+  std::vector<GemmShape> gemms_;
+  bool openblas_threads_;
+  std::vector<float> a_, b_, c_;
+};
+
 /// Seconds per pass over `gemms` on preallocated buffers (median over passes,
 /// at least `min_seconds` of passes in all): through the engine's blas::gemm
 /// (split over the engine's threads), or with `openblas_threads` as one plain
