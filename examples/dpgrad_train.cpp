@@ -46,6 +46,7 @@ struct Options {
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
   std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
   double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0;
+  double adambc_floor = 1e-8;  // gamma' of dp-adambc
   double epochs = 2;
   std::size_t batch = 256;
   double clip_norm = 1.0;
@@ -84,6 +85,7 @@ void for_each_run_option(O& o, F&& f) {
   f("lr-schedule", o.schedule);
   f("momentum", o.momentum);
   f("weight-decay", o.weight_decay);
+  f("adambc-floor", o.adambc_floor);
   f("ema", o.ema);
   f("epochs", o.epochs);
   f("batch-size", o.batch);
@@ -272,8 +274,10 @@ int run(Options o, const json* resumed) {
   require(o.lr > 0 && std::isfinite(o.lr), fmt::format("--lr must be > 0, got {}", o.lr));
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
   std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
-  require(base_name == "sgd" || base_name == "momentum" || base_name == "adam",
-          "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam)");
+  require(base_name == "sgd" || base_name == "momentum" || base_name == "adam" || (dp && base_name == "adambc"),
+          "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
+  require(o.adambc_floor > 0 && std::isfinite(o.adambc_floor),
+          fmt::format("--adambc-floor must be > 0, got {}", o.adambc_floor));
   if (dp) {
     require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
     require(o.noise_multiplier || o.target_epsilon, "a private run needs --noise-multiplier or --target-epsilon");
@@ -409,10 +413,17 @@ int run(Options o, const json* resumed) {
   // ---- optimizer
   auto params = model->parameters();
   std::unique_ptr<OptimizerT<float>> base;
-  if (base_name == "adam") base = std::make_unique<AdamT<float>>(params, o.lr, 0.9, 0.999, 1e-8, o.weight_decay);
-  else base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
+  AdamT<float>* adam = nullptr;
+  if (base_name == "adam" || base_name == "adambc") {
+    auto a = std::make_unique<AdamT<float>>(params, o.lr, 0.9, 0.999, 1e-8, o.weight_decay);
+    adam = a.get();
+    base = std::move(a);
+  } else {
+    base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
+  }
   DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise};
   DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *noise_rng, *aux_rng, accountant.get());
+  if (base_name == "adambc") adam->correct_noise(opt.noise_variance(), o.adambc_floor);
   std::unique_ptr<ParameterAverage> average;
   if (o.ema > 0) average = std::make_unique<ParameterAverage>(params, o.ema);
 
@@ -434,6 +445,9 @@ int run(Options o, const json* resumed) {
     say(fmt::format("  augmentation multiplicity: {} random views per example (shifts up to {} px{}), each example's "
                     "loss the mean over its views, one clipped gradient per example", augment.views, augment.shift,
                     augment.flip ? ", left-right flips" : ""));
+  if (base_name == "adambc")
+    say(fmt::format("  Adam's second moment less the noise's variance {:.4g} per coordinate (DP-AdamBC, floor {:g}; "
+                    "post-processing, no privacy cost)", opt.noise_variance(), o.adambc_floor));
   if (average)
     say(fmt::format("  evaluating the exponential moving average of the parameters (decay {}; post-processing, "
                     "no privacy cost)", o.ema));
@@ -585,11 +599,16 @@ int main(int argc, char** argv) {
   app.add_flag("--augment-no-flip", o.augment_no_flip, "views are not mirrored left-right");
   app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden units of mlp")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second moment "
+                 "corrected for the noise)")->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
   app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--adambc-floor", o.adambc_floor,
+                 "dp-adambc: floor of the corrected second moment, max(v_hat - noise variance, floor)")
+      ->capture_default_str();
   app.add_option("--ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
@@ -647,6 +666,8 @@ int main(int argc, char** argv) {
       const json given = run_options_json(o);
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
+        // options added since a checkpoint was written keep their defaults, which such runs used
+        if (!stored.contains(flag) && std::string(flag) == "adambc-floor") return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])
           throw std::invalid_argument(fmt::format(

@@ -38,6 +38,13 @@ double DPOptimizerT<T>::accounted_noise_multiplier() const {
 }
 
 template <class T>
+double DPOptimizerT<T>::noise_variance() const {
+  if (!is_private()) return 0.0;
+  const double sd = config_.noise_multiplier * config_.clip_norm / strategy_.normaliser(config_.expected_batch);
+  return sd * sd;
+}
+
+template <class T>
 StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   StepStats st;
   st.batch = batch.examples();

@@ -42,6 +42,9 @@ class DPOptimizerT {
   StepStats step(const BatchT<T>& batch);
   /// The noise multiplier the accountant sees: sigma / sensitivity (microbatch: sigma / 2).
   double accounted_noise_multiplier() const;
+  /// Variance per coordinate of the noise in the gradient handed to the base
+  /// optimizer: (sigma C / normaliser)^2; 0 when not private.
+  double noise_variance() const;
   bool is_private() const;
   const DPConfig& config() const { return config_; }
 

@@ -1,6 +1,7 @@
 // SGD, momentum and Adam updates, with argument checks and state for checkpoints.
 #include "optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -119,12 +120,30 @@ void AdamT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) {
   // bias corrections folded into the step: lr m_hat / (sqrt(v_hat) + eps)
   const T step = T(this->lr_ / (1 - std::pow(beta1_, double(this->t_))));
   const T unbias = T(1.0 / std::sqrt(1 - std::pow(beta2_, double(this->t_))));
+  if (noise_variance_ > 0) {  // DP-AdamBC: v_hat less the noise's variance, floored
+    const T phi = T(noise_variance_), floor = T(floor_), unbias2 = unbias * unbias;
+    for (std::size_t k = 0; k < n; ++k) {
+      const T gk = gr[k] + wd * w[k];
+      m[k] = b1 * m[k] + (T(1) - b1) * gk;
+      v[k] = b2 * v[k] + (T(1) - b2) * gk * gk;
+      w[k] -= step * m[k] / (std::sqrt(std::max(v[k] * unbias2 - phi, floor)) + eps);
+    }
+    return;
+  }
   for (std::size_t k = 0; k < n; ++k) {
     const T gk = gr[k] + wd * w[k];
     m[k] = b1 * m[k] + (T(1) - b1) * gk;
     v[k] = b2 * v[k] + (T(1) - b2) * gk * gk;
     w[k] -= step * m[k] / (std::sqrt(v[k]) * unbias + eps);
   }
+}
+
+template <class T>
+void AdamT<T>::correct_noise(double variance, double floor) {
+  require(std::isfinite(variance) && variance >= 0, "Adam noise variance must be a finite number >= 0");
+  require(std::isfinite(floor) && floor > 0, "Adam noise correction floor must be a finite number > 0");
+  noise_variance_ = variance;
+  floor_ = floor;
 }
 
 template <class T>

@@ -61,13 +61,21 @@ class AdamT final : public OptimizerT<T> {
  public:
   AdamT(std::vector<TensorT<T>> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
         double eps = 1e-8, double weight_decay = 0.0);
-  std::string name() const override { return "adam"; }
+  std::string name() const override { return noise_variance_ > 0 ? "adambc" : "adam"; }
   std::map<std::string, ArrayT<T>> state() const override;
   void load_state(const std::map<std::string, ArrayT<T>>& s, long steps) override;
+  /// DP-AdamBC (Tang, Shpilevskiy & Lecuyer, AAAI 2024): the gradients this
+  /// optimizer receives carry independent noise of `variance` per coordinate
+  /// (DPOptimizerT::noise_variance()), which inflates the second moment by that
+  /// much. The step becomes lr m_hat / (sqrt(max(v_hat - variance, floor)) + eps).
+  /// variance 0 is plain Adam. Post-processing of the noised gradients: the
+  /// privacy of the run does not change.
+  void correct_noise(double variance, double floor);
 
  private:
   void update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) override;
   double beta1_, beta2_, eps_, weight_decay_;
+  double noise_variance_ = 0, floor_ = 0;
   std::vector<ArrayT<T>> m_, v_;
 };
 

@@ -173,6 +173,8 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --augment-views 300",
       " --dataset synthetic --augment-views 2 --augment-shift -1",
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-strategy jl:5/0 --accountant pld",
+      " --dataset synthetic --optimizer adambc",
+      " --dataset synthetic --optimizer dp-adambc --noise-multiplier 1 --adambc-floor 0",
   };
   for (const char* args : cases) {
     CAPTURE(args);
@@ -180,6 +182,14 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
     CHECK(r.status == 2);
     CHECK(r.out.find("error") != std::string::npos);
   }
+}
+
+TEST_CASE("dpgrad-train: dp-adambc says what it subtracts from Adam's second moment") {
+  Run r = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-adambc --lr 0.01 --batch-size 64 "
+                      "--epochs 1 --noise-multiplier 2 --clip-norm 0.5");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("DP-AdamBC") != std::string::npos);
+  CHECK(r.out.find("final: test accuracy") != std::string::npos);
 }
 
 TEST_CASE("dpgrad-train: --plot writes a PNG of accuracy and epsilon; an unwritable path is an error") {

@@ -34,6 +34,7 @@ TEST_CASE("dp optimizer: the noise has standard deviation sigma * C (divided by 
   empty.inputs = xt::zeros<double>({0, 50});
   StepStats st = dp.step(empty);
   CHECK(st.noise_std == doctest::Approx(0.91));
+  CHECK(dp.noise_variance() == doctest::Approx(0.091 * 0.091));  // (sigma C / L)^2, what DP-AdamBC subtracts
   A delta = (before - model->parameters()[0].value()) * 10.0;  // = noise
   double n = double(delta.size()), m = xt::mean(delta)(), var = xt::variance(delta)();
   CHECK(std::abs(m) < 4 * 0.91 / std::sqrt(n));
@@ -57,6 +58,7 @@ TEST_CASE("dp optimizer: zero noise only when asked for, and bad hyperparameters
   DPConfig none{1.0, 0.0, 0.1, 5, true};
   auto dp = make(none);
   CHECK_FALSE(dp.is_private());
+  CHECK(dp.noise_variance() == 0.0);
   auto before = model->parameters()[0].value();
   BatchT<double> empty;
   empty.inputs = xt::zeros<double>({0, 50});

@@ -1,5 +1,6 @@
 // Base optimizers: exact first steps against the update formulas, convergence
 // on a quadratic, state round trips and argument checks.
+#include <algorithm>
 #include <cmath>
 
 #include <doctest/doctest.h>
@@ -35,6 +36,61 @@ TEST_CASE("optim: Adam's first step is lr * sign(g) and it minimises a quadratic
   AdamT<double> fast({p}, 0.1);
   for (int i = 0; i < 500; ++i) fast.step({A(2.0 * (p.value() - A{1.0, 2.0}))});  // grad of ||p - (1,2)||^2
   DPGRAD_CHECK_CLOSE(p.value(), (A{1.0, 2.0}), 1e-3);
+}
+
+TEST_CASE("optim: DP-AdamBC subtracts the noise's variance from v_hat, floored; variance 0 is Adam") {
+  // two steps by hand: m_hat and v_hat as in Adam, then lr m_hat / (sqrt(max(v_hat - phi, floor)) + eps)
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, phi = 0.25, floor = 1e-4;
+  const A g1{2.0, 0.3}, g2{1.0, -0.2};
+  D p = make_parameter<double>("p", A{1.0, 1.0});
+  AdamT<double> bc({p}, lr, b1, b2, eps);
+  bc.correct_noise(phi, floor);
+  CHECK(bc.name() == "adambc");
+  bc.step({g1});
+  bc.step({g2});
+  A want{1.0, 1.0}, m{0.0, 0.0}, v{0.0, 0.0};
+  for (int t = 1; t <= 2; ++t) {
+    const A& g = t == 1 ? g1 : g2;
+    for (std::size_t k = 0; k < 2; ++k) {
+      m(k) = b1 * m(k) + (1 - b1) * g(k);
+      v(k) = b2 * v(k) + (1 - b2) * g(k) * g(k);
+      const double mh = m(k) / (1 - std::pow(b1, t)), vh = v(k) / (1 - std::pow(b2, t));
+      want(k) -= lr * mh / (std::sqrt(std::max(vh - phi, floor)) + eps);
+    }
+  }
+  // the second coordinate's v_hat (0.09, then about 0.064) is below phi: it sits on the floor
+  DPGRAD_CHECK_CLOSE(p.value(), want, 1e-12);
+  // variance 0: plain Adam, step for step
+  D q = make_parameter<double>("q", A{1.0, 1.0}), r = make_parameter<double>("r", A{1.0, 1.0});
+  AdamT<double> plain({q}, lr), zero({r}, lr);
+  zero.correct_noise(0.0, floor);
+  CHECK(zero.name() == "adam");
+  for (const A& g : {g1, g2}) {
+    plain.step({g});
+    zero.step({g});
+  }
+  DPGRAD_CHECK_CLOSE(r.value(), q.value(), 0.0);
+  CHECK_THROWS_AS(zero.correct_noise(-1.0, floor), std::invalid_argument);
+  CHECK_THROWS_AS(zero.correct_noise(0.1, 0.0), std::invalid_argument);
+  CHECK_THROWS_AS(zero.correct_noise(NAN, floor), std::invalid_argument);
+}
+
+TEST_CASE("optim: with noisy gradients DP-AdamBC steps like Adam on the clean ones, plain Adam far less") {
+  // g = 0.01 + N(0, 0.1^2) per coordinate: Adam's v_hat is about 0.01, so it steps about lr * 0.01 / 0.1;
+  // with phi = 0.01 subtracted, v_hat - phi estimates g^2 and the mean step is of the order of lr
+  const std::size_t n = 2000;
+  FastRng rng(9);
+  D a = make_parameter<double>("a", A(xt::zeros<double>({n}))), b = make_parameter<double>("b", A(xt::zeros<double>({n})));
+  AdamT<double> plain({a}, 1e-3), bc({b}, 1e-3);
+  bc.correct_noise(0.01, 1e-6);
+  for (int t = 0; t < 2000; ++t) {
+    A g = 0.01 + test::randn<double>({n}, rng, 0.1);
+    plain.step({g});
+    bc.step({g});
+  }
+  const double plain_step = -xt::mean(a.value())() / 2000, bc_step = -xt::mean(b.value())() / 2000;
+  CHECK(plain_step == doctest::Approx(1e-4).epsilon(0.3));  // lr * g / sqrt(g^2 + phi), about lr / 10
+  CHECK(bc_step > 4 * plain_step);
 }
 
 TEST_CASE("optim: state round trip resumes identically") {
