@@ -227,21 +227,23 @@ struct StateOp final : Op<T> {
     const T* pc = has_c ? x[1]->data() : nullptr;
     const T* ta = dot[0] ? dot[0]->data() : nullptr;
     const T* tc = has_c && dot[1] ? dot[1]->data() : nullptr;
-    ArrayT<T> r = xt::zeros<T>(detail::with_k(k, shape_of(out)));
+    ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     T* pr = r.data();
     for_rows(B, W * k, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t t = 0; t < k; ++t)
-        for (std::size_t row = r0; row < r1; ++row) {
-          const T* ar = pa + row * W;
-          T* rr = pr + t * n + row * H;
+        for (std::size_t row = r0; row < r1; ++row) {  // branch-free runs per case, so that they vectorise
+          const T* __restrict ar = pa + row * W;
+          T* __restrict rr = pr + t * n + row * H;
           if (ta) {
-            const T* dr = ta + t * na + row * W;
-            for (std::size_t j = 0; j < H; ++j) rr[j] += dr[j] * ar[2 * H + j] + ar[j] * dr[2 * H + j];
+            const T* __restrict dr = ta + t * na + row * W;
+            for (std::size_t j = 0; j < H; ++j) rr[j] = dr[j] * ar[2 * H + j] + ar[j] * dr[2 * H + j];
             if (has_c)
               for (std::size_t j = 0; j < H; ++j) rr[j] += dr[H + j] * pc[row * H + j];
+          } else {
+            std::fill_n(rr, H, T(0));
           }
           if (tc) {
-            const T* cr = tc + t * n + row * H;
+            const T* __restrict cr = tc + t * n + row * H;
             for (std::size_t j = 0; j < H; ++j) rr[j] += ar[H + j] * cr[j];
           }
         }
@@ -296,17 +298,25 @@ struct OutputOp final : Op<T> {
     const T* pt = tc.data();
     const T* ta = dot[0] ? dot[0]->data() : nullptr;
     const T* tcd = dot[1] ? dot[1]->data() : nullptr;
-    ArrayT<T> r = xt::zeros<T>(detail::with_k(k, shape_of(out)));
+    ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     T* pr = r.data();
     for_rows(B, W * k, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t t = 0; t < k; ++t)
-        for (std::size_t row = r0; row < r1; ++row)
-          for (std::size_t j = 0, l = row * H; j < H; ++j, ++l) {
-            T v = 0;
-            if (ta) v += ta[t * na + row * W + 3 * H + j] * pt[l];
-            if (tcd) v += pa[row * W + 3 * H + j] * (T(1) - pt[l] * pt[l]) * tcd[t * n + l];
-            pr[t * n + l] = v;
+        for (std::size_t row = r0; row < r1; ++row) {  // branch-free runs per case, so that they vectorise
+          const T* __restrict ao = pa + row * W + 3 * H;  // a_o
+          const T* __restrict tr = pt + row * H;          // tanh c
+          T* __restrict rr = pr + t * n + row * H;
+          if (ta) {
+            const T* __restrict dao = ta + t * na + row * W + 3 * H;
+            for (std::size_t j = 0; j < H; ++j) rr[j] = dao[j] * tr[j];
+          } else {
+            std::fill_n(rr, H, T(0));
           }
+          if (tcd) {
+            const T* __restrict dc = tcd + t * n + row * H;
+            for (std::size_t j = 0; j < H; ++j) rr[j] += ao[j] * (T(1) - tr[j] * tr[j]) * dc[j];
+          }
+        }
     });
     return r;
   }
