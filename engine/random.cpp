@@ -6,6 +6,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+#ifdef XTENSOR_USE_XSIMD
+#include <xsimd/xsimd.hpp>
+#endif
 
 namespace dpgrad {
 
@@ -143,22 +148,73 @@ double Rng::chi_squared(double k) {
 }
 
 namespace {
-template <class T>
-void fill_normal_impl(Rng& rng, T* out, std::size_t n, double stddev) {
+void check_fill_normal(const void* out, std::size_t n, double stddev) {
   if (!(std::isfinite(stddev) && stddev >= 0.0))
     throw std::invalid_argument("Rng::fill_normal: stddev must be finite and >= 0, got " +
                                 std::to_string(stddev));
   if (n > 0 && out == nullptr) throw std::invalid_argument("Rng::fill_normal: null output buffer");
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(stddev * rng.normal());
+}
+
+/// Box-Muller on `pairs` uniform pairs: out[2p] = r cos(theta), out[2p + 1] =
+/// r sin(theta) with r = sqrt(-2 ln u1[p]), theta = 2 pi u2[p], as normal() does.
+void box_muller(const double* u1, const double* u2, std::size_t pairs, double* out) {
+  std::size_t p = 0;
+#ifdef XTENSOR_USE_XSIMD
+  using V = xsimd::batch<double>;
+  alignas(64) double c[V::size], s[V::size];
+  for (; p + V::size <= pairs; p += V::size) {
+    const V r = xsimd::sqrt(V(-2.0) * xsimd::log(V::load_unaligned(u1 + p)));
+    const auto [sn, cs] = xsimd::sincos(V(kTwoPi) * V::load_unaligned(u2 + p));
+    (r * cs).store_aligned(c);
+    (r * sn).store_aligned(s);
+    for (std::size_t l = 0; l < V::size; ++l) {
+      out[2 * (p + l)] = c[l];
+      out[2 * (p + l) + 1] = s[l];
+    }
+  }
+#endif
+  for (; p < pairs; ++p) {
+    const double r = std::sqrt(-2.0 * std::log(u1[p])), theta = kTwoPi * u2[p];
+    out[2 * p] = r * std::cos(theta);
+    out[2 * p + 1] = r * std::sin(theta);
+  }
 }
 }  // namespace
 
+void Rng::standard_normals(double* out, std::size_t n) {
+  std::size_t i = 0;
+  if (n > 0 && has_spare_) {
+    out[i++] = spare_;
+    has_spare_ = false;
+  }
+  constexpr std::size_t kPairs = 256;
+  double u1[kPairs], u2[kPairs];
+  while (n - i >= 2) {
+    const std::size_t pairs = std::min(kPairs, (n - i) / 2);
+    for (std::size_t p = 0; p < pairs; ++p) {  // the words normal() would read: radius first, then angle
+      u1[p] = uniform_open();
+      u2[p] = uniform();
+    }
+    box_muller(u1, u2, pairs, out + i);
+    i += 2 * pairs;
+  }
+  if (i < n) out[i] = normal();  // an odd one: its pair's sine stays as the spare
+}
+
 void Rng::fill_normal(float* out, std::size_t n, double stddev) {
-  fill_normal_impl(*this, out, n, stddev);
+  check_fill_normal(out, n, stddev);
+  double buf[512];
+  for (std::size_t i = 0; i < n; i += 512) {
+    const std::size_t len = std::min<std::size_t>(512, n - i);
+    standard_normals(buf, len);
+    for (std::size_t l = 0; l < len; ++l) out[i + l] = static_cast<float>(stddev * buf[l]);
+  }
 }
 
 void Rng::fill_normal(double* out, std::size_t n, double stddev) {
-  fill_normal_impl(*this, out, n, stddev);
+  check_fill_normal(out, n, stddev);
+  standard_normals(out, n);
+  for (std::size_t i = 0; i < n; ++i) out[i] *= stddev;
 }
 
 // ---------------------------------------------------------------- FastRng
