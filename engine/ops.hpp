@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -70,8 +71,15 @@ TensorT<T> gather(const TensorT<T>& w, const ArrayT<std::int32_t>& ids, std::int
 /// of z = x + zh, zh (B, 4H) optional (the recurrent term h W_hh; undefined: zero).
 ///                                           d = a (1 - a) on i, f, o; 1 - a^2 on g
 template <class T> TensorT<T> lstm_gates(const TensorT<T>& x, const TensorT<T>& zh = {});
+/// Shared by lstm_gates_at ops that are a projection's only readers, each step
+/// read by exactly one of them (an LSTM layer's loop): each then writes its
+/// step's block of the projection's gradient outright, instead of the first
+/// zero-filling the whole gradient and every step adding to it.
+class StepBlocks;
+std::shared_ptr<StepBlocks> sole_step_readers(std::size_t steps);
 /// The same with x = proj[:, t, :] read in place from proj (B, L, 4H).
-template <class T> TensorT<T> lstm_gates_at(const TensorT<T>& proj, std::size_t t, const TensorT<T>& zh = {});
+template <class T> TensorT<T> lstm_gates_at(const TensorT<T>& proj, std::size_t t, const TensorT<T>& zh = {},
+                                            std::shared_ptr<StepBlocks> blocks = nullptr);
 /// The new cell state a_i a_g + a_f c (B, H), from gates a (B, 4H) and the
 /// previous state c (B, H); without c (a zero state) a_i a_g.
 template <class T> TensorT<T> lstm_state(const TensorT<T>& a, const TensorT<T>& c = {});

@@ -60,10 +60,11 @@ LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const 
 
   std::vector<TensorT<T>> states(keep_states ? L : 0);  // held only when asked for (their tangents too)
   TensorT<T> h, c;  // (B, H); undefined while every sample's state is still zero
+  const auto blocks = sole_step_readers(steps);  // each step of proj is read once, below, and nowhere else
   for (std::size_t s = 0; s < steps; ++s) {
     const std::size_t t = reverse ? steps - 1 - s : s;
     // gates [i f g o] of x_t W_ih + b (read in place from proj) + h W_hh
-    const TensorT<T> a = lstm_gates_at(proj, t, h.defined() ? linear(h, w_hh) : TensorT<T>());
+    const TensorT<T> a = lstm_gates_at(proj, t, h.defined() ? linear(h, w_hh) : TensorT<T>(), blocks);
     TensorT<T> c_new = lstm_state(a, c);         // i g + f c (i g while c is zero)
     TensorT<T> h_new = lstm_output(a, c_new);    // o tanh(c_new)
 

@@ -52,10 +52,44 @@ void add_to_state(GradSlot<T>& slot, std::size_t B, std::size_t H, V&& v) {
   bool fresh;
   T* pg = slot.buffer(fresh).data();
   for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r)
-      for (std::size_t j = 0, l = r * H; j < H; ++j, ++l) pg[l] = fresh ? v(r, j, l) : pg[l] + v(r, j, l);
+    for (std::size_t r = r0; r < r1; ++r) {  // one branch-free run per row
+      T* __restrict g = pg + r * H;
+      if (fresh)
+        for (std::size_t j = 0; j < H; ++j) g[j] = v(r, j, r * H + j);
+      else
+        for (std::size_t j = 0; j < H; ++j) g[j] += v(r, j, r * H + j);
+    }
   });
 }
+
+}  // namespace
+
+/// Which steps' blocks of one gradient buffer have been written since it was made.
+class StepBlocks {
+ public:
+  explicit StepBlocks(std::size_t steps) : written_(steps, 0) {}
+  /// Whether step t's block of `buffer` must be assigned (true) rather than
+  /// added to. `fresh`: the buffer was just made (garbage). A buffer these
+  /// readers did not see made was made by another reader: add everywhere.
+  bool claim(const void* buffer, bool fresh, std::size_t t) {
+    if (t >= written_.size())
+      throw std::invalid_argument("lstm_gates_at: step " + std::to_string(t) + " outside the " +
+                                  std::to_string(written_.size()) + " steps of its sole readers");
+    if (fresh || buffer != buffer_) std::fill(written_.begin(), written_.end(), fresh ? 0 : 1);
+    buffer_ = buffer;
+    const bool assign = !written_[t];
+    written_[t] = 1;
+    return assign;
+  }
+
+ private:
+  const void* buffer_ = nullptr;
+  std::vector<unsigned char> written_;
+};
+
+std::shared_ptr<StepBlocks> sole_step_readers(std::size_t steps) { return std::make_shared<StepBlocks>(steps); }
+
+namespace {
 
 /// a = act(x_t + zh): x is (B, 4H), or (B, L, 4H) read at step t (a whole
 /// sequence's input projection, so no per-step slice is copied); zh (B, 4H)
@@ -64,6 +98,7 @@ template <class T>
 struct GatesOp final : Op<T> {
   bool stepped = false;  // x is (B, L, 4H)
   std::size_t t = 0, steps = 1;
+  std::shared_ptr<StepBlocks> blocks;  // stepped: shared with the other steps' readers, or null
   const char* name() const override { return "lstm_gates"; }
 
   /// Offset of row r of x_t in x.
@@ -116,26 +151,54 @@ struct GatesOp final : Op<T> {
     T* gx = nullptr;
     bool fresh_x = false;
     if (dx[0]) {
-      if (stepped) gx = gate_grad(dx[0]);  // this step's block only: the rest starts at zero
-      else gx = dx[0].buffer(fresh_x).data();
+      if (stepped && blocks) {  // this step's block only, assigned if no reader has written it yet
+        bool made;
+        gx = dx[0].buffer(made).data();
+        fresh_x = blocks->claim(gx, made, t);
+      } else if (stepped) {
+        gx = gate_grad(dx[0]);  // this step's block only: the rest starts at zero
+      } else {
+        gx = dx[0].buffer(fresh_x).data();
+      }
     }
     T* gh = nullptr;
     bool fresh_h = false;
     if (has_h && dx[1]) gh = dx[1].buffer(fresh_h).data();
     const T* pd = dout.data();
     const T* pa = out.data();
-    for_rows(out.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
-      std::vector<T> d(W);
+    // dz = f'(z) dout in one pass per row, straight into the inputs' gradients
+    // (assigned where fresh, else added): one branch-free loop per case
+    auto rows = [&]<bool Gx, bool Gh, bool AddX, bool AddH>(std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
-        slopes(pa + r * W, d.data(), H);
+        const T* __restrict ar = pa + r * W;
         const T* __restrict dr = pd + r * W;
-        for (std::size_t j = 0; j < W; ++j) d[j] *= dr[j];
-        auto put = [&](T* __restrict g, bool fresh) {  // the row's dz into one input's gradient
-          if (fresh) std::copy_n(d.data(), W, g);
-          else for (std::size_t j = 0; j < W; ++j) g[j] += d[j];
+        T* __restrict xr = Gx ? gx + (stepped ? x_row(r, W) : r * W) : nullptr;
+        T* __restrict hr = Gh ? gh + r * W : nullptr;
+        auto gates = [&]<bool Tanh>(std::size_t j0, std::size_t j1) {  // f' from the output a
+          for (std::size_t j = j0; j < j1; ++j) {
+            const T dz = (Tanh ? T(1) - ar[j] * ar[j] : ar[j] * (T(1) - ar[j])) * dr[j];
+            if constexpr (Gx) xr[j] = AddX ? xr[j] + dz : dz;
+            if constexpr (Gh) hr[j] = AddH ? hr[j] + dz : dz;
+          }
         };
-        if (gx) put(gx + (stepped ? x_row(r, W) : r * W), fresh_x);
-        if (gh) put(gh + r * W, fresh_h);
+        gates.template operator()<false>(0, 2 * H);  // i, f: sigmoid
+        gates.template operator()<true>(2 * H, 3 * H);  // g: tanh
+        gates.template operator()<false>(3 * H, W);  // o: sigmoid
+      }
+    };
+    for_rows(out.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
+      const bool add_x = !fresh_x, add_h = !fresh_h;
+      if (gx && gh) {
+        if (add_x && add_h) rows.template operator()<true, true, true, true>(r0, r1);
+        else if (add_x) rows.template operator()<true, true, true, false>(r0, r1);
+        else if (add_h) rows.template operator()<true, true, false, true>(r0, r1);
+        else rows.template operator()<true, true, false, false>(r0, r1);
+      } else if (gx) {
+        if (add_x) rows.template operator()<true, false, true, false>(r0, r1);
+        else rows.template operator()<true, false, false, false>(r0, r1);
+      } else {
+        if (add_h) rows.template operator()<false, true, false, true>(r0, r1);
+        else rows.template operator()<false, true, false, false>(r0, r1);
       }
     });
   }
@@ -330,10 +393,12 @@ TensorT<T> lstm_gates(const TensorT<T>& z, const TensorT<T>& zh) {
   return apply<T>(std::make_unique<GatesOp<T>>(), {z, zh});
 }
 template <class T>
-TensorT<T> lstm_gates_at(const TensorT<T>& proj, std::size_t t, const TensorT<T>& zh) {
+TensorT<T> lstm_gates_at(const TensorT<T>& proj, std::size_t t, const TensorT<T>& zh,
+                         std::shared_ptr<StepBlocks> blocks) {
   auto op = std::make_unique<GatesOp<T>>();
   op->stepped = true;
   op->t = t;
+  op->blocks = std::move(blocks);
   if (!zh.defined()) return apply<T>(std::move(op), {proj});
   return apply<T>(std::move(op), {proj, zh});
 }
@@ -349,7 +414,7 @@ TensorT<T> lstm_output(const TensorT<T>& a, const TensorT<T>& c) {
 
 #define DPGRAD_INSTANTIATE(T)                                               \
   template TensorT<T> lstm_gates(const TensorT<T>&, const TensorT<T>&);     \
-  template TensorT<T> lstm_gates_at(const TensorT<T>&, std::size_t, const TensorT<T>&); \
+  template TensorT<T> lstm_gates_at(const TensorT<T>&, std::size_t, const TensorT<T>&, std::shared_ptr<StepBlocks>); \
   template TensorT<T> lstm_state(const TensorT<T>&, const TensorT<T>&);     \
   template TensorT<T> lstm_output(const TensorT<T>&, const TensorT<T>&);
 DPGRAD_INSTANTIATE(float)

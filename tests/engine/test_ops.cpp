@@ -255,6 +255,40 @@ TEST_CASE("gradcheck: passes a correct rule and fails wrong ones") {
   CHECK(jvp.report.find("jvp") != std::string::npos);
 }
 
+TEST_CASE("ops: lstm_gates_at with sole step readers: each step's gradient block written outright") {
+  FastRng rng(62);
+  const std::size_t B = 2, L = 3, H = 2;
+  const A proj = randn<double>({B, L, 4 * H}, rng), other = randn<double>({B, L, 4 * H}, rng);
+  std::vector<A> weights;
+  for (std::size_t t = 0; t < L; ++t) weights.push_back(randn<double>({B, 4 * H}, rng));
+  // the gradient of sum_t <w_t, gates_t> (+ <other, proj> from a reader outside them, added before or after)
+  auto grad = [&](bool shared, int outside) {
+    TapeT<double> tape;
+    RecordScope<double> record(tape);
+    D p = make_parameter<double>("proj", proj);
+    const auto blocks = shared ? sole_step_readers(L) : nullptr;
+    D loss = outside == 1 ? sum(mul(p, D(other))) : D();
+    for (std::size_t t : {2, 0, 1}) {
+      D term = sum(mul(lstm_gates_at(p, t, D(), blocks), D(weights[t])));
+      loss = loss.defined() ? add(loss, term) : term;
+    }
+    if (outside == 2) loss = add(loss, sum(mul(p, D(other))));
+    tape.backward(loss);
+    return A(p.grad());
+  };
+  for (int outside : {0, 1, 2}) {
+    CAPTURE(outside);
+    DPGRAD_CHECK_CLOSE(grad(true, outside), grad(false, outside), 1e-14);
+  }
+  CHECK_THROWS_AS(([&] {
+                    TapeT<double> tape;
+                    RecordScope<double> record(tape);
+                    D p = make_parameter<double>("proj", proj);
+                    tape.backward(sum(lstm_gates_at(p, 2, D(), sole_step_readers(2))));
+                  }()),
+                  std::invalid_argument);
+}
+
 TEST_CASE("ops: fused LSTM cell ops") {
   FastRng rng(61);
   for (std::size_t H : {1, 3}) {
