@@ -136,9 +136,7 @@ int run_child(const Options& o) {
     fmt::print(stderr, "dpgrad-bench: unknown --child mode '{}'\n", o.child);
     return 2;
   }
-  // the engine's threads start before anything is allocated: started lazily inside
-  // the first step, the peak memory of that step varied by 65 MB between runs
-  blas::set_threads(o.threads > 0 ? o.threads : blas::threads());
+  if (o.threads > 0) blas::set_threads(o.threads);
   const std::size_t b = o.batches.at(0);
   const std::string& model_name = o.models.at(0);
   json out;
