@@ -24,9 +24,10 @@ struct PoolGeom {
   std::size_t per_image() const { return ho * wo * c; }
 };
 
-/// Calls f(out offset, x offset, len, first) for every piece of the outputs of
-/// images [n0, n1) and every window element in row-major window order (first:
-/// the window's first element). Output (piece, l) reads x[x offset + l].
+/// Calls f(out offset, x offset, len, index) for every piece of the outputs of
+/// images [n0, n1) and every window element in row-major window order (index:
+/// the element's place in its window, 0 first). Output (piece, l) reads
+/// x[x offset + l].
 template <class F>
 void for_each_window_element(const PoolGeom& g, std::size_t n0, std::size_t n1, F&& f) {
   const std::size_t run = g.run(), pieces = g.wo * g.c / run;
@@ -37,24 +38,14 @@ void for_each_window_element(const PoolGeom& g, std::size_t n0, std::size_t n1, 
         const std::size_t ox0 = piece * run / g.c;
         const std::size_t corner = ((n * g.h + oy * g.sh) * g.w + ox0 * g.sw) * g.c;
         for (std::size_t i = 0; i < g.kh; ++i)
-          for (std::size_t j = 0; j < g.kw; ++j) f(o, corner + (i * g.w + j) * g.c, run, i == 0 && j == 0);
+          for (std::size_t j = 0; j < g.kw; ++j)
+            f(o, corner + (i * g.w + j) * g.c, run, std::uint16_t(i * g.kw + j));
       }
 }
 
 /// Images per parallel piece: about 2^14 outputs each.
 std::size_t pool_grain(const PoolGeom& g) {
   return std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(1, g.per_image()));
-}
-
-/// for_each_window_element with the element's index in its window (row-major)
-/// instead of the first flag: f(out offset, x offset, len, index).
-template <class F>
-void for_each_indexed_element(const PoolGeom& g, std::size_t n0, std::size_t n1, F&& f) {
-  std::uint16_t e = 0;
-  for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, bool first) {
-    e = first ? 0 : std::uint16_t(e + 1);
-    f(o, xo, len, e);
-  });
 }
 
 template <class T>
@@ -85,7 +76,7 @@ struct MaxPoolOp final : Op<T> {
     T* op = out.data();
     std::uint16_t* ap = argmax.data();
     parallel::for_range(b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
-      for_each_indexed_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
+      for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
         T* __restrict m = op + o;
         std::uint16_t* __restrict a = ap + o;
         const T* __restrict v = xp + xo;
@@ -113,7 +104,7 @@ struct MaxPoolOp final : Op<T> {
     const T* dp = dout.data();
     const std::uint16_t* ap = argmax.data();
     parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
-      for_each_indexed_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
+      for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
         T* __restrict d = gp + xo;
         const T* __restrict u = dp + o;
         const std::uint16_t* __restrict a = ap + o;
@@ -133,7 +124,7 @@ struct MaxPoolOp final : Op<T> {
     const T* tp = dot[0]->data();
     const std::uint16_t* ap = argmax.data();
     parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
-      for_each_indexed_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
+      for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
         const std::uint16_t* __restrict a = ap + o;
         for (std::size_t j = 0; j < k; ++j) {
           T* __restrict d = rp + j * n_out + o;
