@@ -3,7 +3,6 @@
 // lstm_state (c' = i g + f c) and lstm_output (h = o tanh c'), each with primal,
 // vjp and jvp. A step built from add, slice, sigmoid, tanh and mul runs about a
 // dozen ops on (B, H) arrays; these three do the same arithmetic in three passes.
-#include <array>
 #include <vector>
 
 #include "engine/ops.hpp"
@@ -137,12 +136,16 @@ struct GatesOp final : Op<T> {
     });
     return a;
   }
-  /// d[0, 4H) = f'(z) of one row from its output a: a (1 - a) on the sigmoid
-  /// gates, 1 - a^2 on the tanh one (branch-free runs that vectorise).
+  /// f'(z) from the output a: 1 - a^2 on the tanh gate, a (1 - a) on the sigmoid ones.
+  template <bool Tanh>
+  static T slope(T a) {
+    return Tanh ? T(1) - a * a : a * (T(1) - a);
+  }
+  /// d[0, 4H) = f'(z) of one row from its output a (branch-free runs that vectorise).
   static void slopes(const T* __restrict a, T* __restrict d, std::size_t H) {
-    for (std::size_t j = 0; j < 2 * H; ++j) d[j] = a[j] * (T(1) - a[j]);
-    for (std::size_t j = 2 * H; j < 3 * H; ++j) d[j] = T(1) - a[j] * a[j];
-    for (std::size_t j = 3 * H; j < 4 * H; ++j) d[j] = a[j] * (T(1) - a[j]);
+    for (std::size_t j = 0; j < 2 * H; ++j) d[j] = slope<false>(a[j]);
+    for (std::size_t j = 2 * H; j < 3 * H; ++j) d[j] = slope<true>(a[j]);
+    for (std::size_t j = 3 * H; j < 4 * H; ++j) d[j] = slope<false>(a[j]);
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) override {
     const bool has_h = x.size() > 1;
@@ -174,9 +177,9 @@ struct GatesOp final : Op<T> {
         const T* __restrict dr = pd + r * W;
         T* __restrict xr = Gx ? gx + (stepped ? x_row(r, W) : r * W) : nullptr;
         T* __restrict hr = Gh ? gh + r * W : nullptr;
-        auto gates = [&]<bool Tanh>(std::size_t j0, std::size_t j1) {  // f' from the output a
+        auto gates = [&]<bool Tanh>(std::size_t j0, std::size_t j1) {
           for (std::size_t j = j0; j < j1; ++j) {
-            const T dz = (Tanh ? T(1) - ar[j] * ar[j] : ar[j] * (T(1) - ar[j])) * dr[j];
+            const T dz = slope<Tanh>(ar[j]) * dr[j];
             if constexpr (Gx) xr[j] = AddX ? xr[j] + dz : dz;
             if constexpr (Gh) hr[j] = AddH ? hr[j] + dz : dz;
           }
