@@ -8,10 +8,7 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
-#include <utility>
 #include <type_traits>
-#include <vector>
 
 #include "engine/parallel.hpp"
 
@@ -57,21 +54,11 @@ void split_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T
       raw_gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + c0, ldc);
     });
   } else if (k >= t * kMinDepth) {  // the inner dimension: the first block accumulates into C, the others apart
-    std::vector<std::pair<std::size_t, std::vector<T>>> partial(t);  // (first k, product), in arrival order
-    std::atomic<std::size_t> next{0};
-    parallel::for_range(k, kMinDepth, [&](std::size_t k0, std::size_t k1) {
+    parallel::sum_pieces(k, kMinDepth, m * n, c, [&](std::size_t k0, std::size_t k1, T* acc) {
       const T* ap = ta ? a + k0 * lda : a + k0;
       const T* bp = tb ? b + k0 : b + k0 * ldb;
-      if (k0 == 0) return raw_gemm(ta, tb, m, n, k1 - k0, alpha, ap, lda, bp, ldb, beta, c, ldc);
-      auto& [first, piece] = partial[next.fetch_add(1)];
-      first = k0;
-      piece.resize(m * n);
-      raw_gemm(ta, tb, m, n, k1 - k0, alpha, ap, lda, bp, ldb, T(0), piece.data(), n);
+      raw_gemm(ta, tb, m, n, k1 - k0, alpha, ap, lda, bp, ldb, k0 == 0 ? beta : T(0), acc, ldc);
     });
-    partial.resize(next.load());
-    std::sort(partial.begin(), partial.end());  // sums in a fixed order: the same rounding every run
-    for (const auto& [first, piece] : partial)
-      for (std::size_t i = 0; i < piece.size(); ++i) c[i] += piece[i];
   } else {
     raw_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }

@@ -5,8 +5,12 @@
 // contiguous ranges. One pool per process; nested calls run inline.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace dpgrad::parallel {
 
@@ -24,5 +28,26 @@ void set_threads(int n);
 /// rethrown here. Runs f(0, n) inline when n < 2 * grain, when one thread is
 /// set, or when called from inside a piece.
 void for_range(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f);
+
+/// A sum over [0, n) in pieces, as for_range cuts it: f(begin, end, acc) adds
+/// its piece's share into acc, `len` values. The piece at 0 gets `out` itself;
+/// every other piece a zeroed buffer of its own, added to out afterwards in
+/// order of begin, so the rounding is the same every run.
+template <class T, class F>
+void sum_pieces(std::size_t n, std::size_t grain, std::size_t len, T* out, F&& f) {
+  std::vector<std::pair<std::size_t, std::vector<T>>> partial(static_cast<std::size_t>(threads()));  // (begin, sum)
+  std::atomic<std::size_t> next{0};
+  for_range(n, grain, [&](std::size_t begin, std::size_t end) {
+    if (begin == 0) return f(begin, end, out);
+    auto& [first, acc] = partial[next.fetch_add(1)];
+    first = begin;
+    acc.assign(len, T(0));
+    f(begin, end, acc.data());
+  });
+  partial.resize(next.load());
+  std::sort(partial.begin(), partial.end());
+  for (const auto& [first, acc] : partial)
+    for (std::size_t i = 0; i < len; ++i) out[i] += acc[i];
+}
 
 }  // namespace dpgrad::parallel

@@ -2,9 +2,6 @@
 // convolutions (after im2col) and recurrent cells. Besides its rules it records
 // each use of W and b for the per-sample rules (engine/tape.hpp).
 #include <algorithm>
-#include <atomic>
-#include <utility>
-#include <vector>
 
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
@@ -27,26 +24,16 @@ void fill_rows(const T* b, std::size_t m, std::size_t p, T* out) {
   });
 }
 
-/// g (p) += the column sums of r (m, p): each piece of rows sums apart, then
-/// the pieces are added in row order (the same rounding every run).
+/// g (p) += the column sums of r (m, p), in parallel pieces of rows.
 template <class T>
 void add_column_sums(const T* r, std::size_t m, std::size_t p, T* g) {
-  std::vector<std::pair<std::size_t, std::vector<T>>> partial(std::size_t(parallel::threads()));
-  std::atomic<std::size_t> next{0};
-  parallel::for_range(m, bias_grain(p), [&](std::size_t r0, std::size_t r1) {
-    auto& [first, sum] = partial[next.fetch_add(1)];
-    first = r0;
-    sum.assign(p, T(0));
-    T* __restrict s = sum.data();
+  parallel::sum_pieces(m, bias_grain(p), p, g, [&](std::size_t r0, std::size_t r1, T* acc) {
+    T* __restrict s = acc;
     for (std::size_t i = r0; i < r1; ++i) {
       const T* __restrict row = r + i * p;
       for (std::size_t j = 0; j < p; ++j) s[j] += row[j];
     }
   });
-  partial.resize(next.load());
-  std::sort(partial.begin(), partial.end());
-  for (const auto& [first, sum] : partial)
-    for (std::size_t j = 0; j < p; ++j) g[j] += sum[j];
 }
 
 template <class T>
