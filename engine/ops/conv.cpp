@@ -107,8 +107,9 @@ void patch_images(const T* src, std::size_t n0, std::size_t n1, const ConvGeom& 
   const bool padded = ph != g.h || pw != g.w;
   std::vector<T> frame(padded ? ph * line : 0, T(0));
   auto frame_row = [&](std::size_t y) { return frame.data() + ((y + g.pad.top) * pw + g.pad.left) * c; };
-  const T* patch_in = src + n0 * g.cols();  // im2col's destination, col2im's source
-  T* patch_out = dst + n0 * g.cols();
+  std::conditional_t<ToImage, const T*, T*> patch;  // the patch rows: col2im's source, im2col's destination
+  if constexpr (ToImage) patch = src + n0 * g.cols();
+  else patch = dst + n0 * g.cols();
   for (std::size_t n = n0; n < n1; ++n) {
     std::conditional_t<ToImage, T*, const T*> img;  // the image the windows lie in: x, dx, or the frame
     if constexpr (ToImage) {
@@ -123,8 +124,9 @@ void patch_images(const T* src, std::size_t n0, std::size_t n1, const ConvGeom& 
       for (std::size_t ox = 0; ox < g.wo; ++ox) {
         auto p = img + (oy * g.sh * pw + ox * g.sw) * c;
         for (std::size_t i = 0; i < g.kh; ++i, p += line) {
-          if constexpr (ToImage) move_row<Row, true>(patch_in, p, row), patch_in += row;
-          else move_row<Row, false>(p, patch_out, row), patch_out += row;
+          if constexpr (ToImage) move_row<Row, true>(patch, p, row);
+          else move_row<Row, false>(p, patch, row);
+          patch += row;
         }
       }
     if (ToImage && padded)
