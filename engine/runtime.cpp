@@ -16,14 +16,19 @@ namespace dpgrad {
 
 bool keep_freed_memory() {
 #if defined(__GLIBC__)
-  // Serve large blocks from the heap (no per-allocation mmap/munmap), never trim
-  // its top (-1: no threshold; a 1 GiB threshold still gave pages back each step
-  // once a step peaked above it: cnn26k, batch 2048 x 4 views, 1.24 million
-  // page faults in four steps against 0.42 million, 11.1 s against 5.1 s), and
-  // grow it in generous steps.
+  // Serve large blocks from the heap (no per-allocation mmap/munmap) and never
+  // trim its top (-1: no threshold; a 1 GiB threshold still gave pages back each
+  // step once a step peaked above it: cnn26k, batch 2048 x 4 views, 1.24 million
+  // page faults in four steps against 0.42 million, 11.1 s against 5.1 s).
+  // Grow the heap by exactly what is asked (top pad 0). With a pad (glibc's
+  // 128 KiB, or 64 MiB) where a step's blocks land depended on allocations made
+  // before the model existed: bilstm598k's ghost step at batch 256 peaked at
+  // 494 or 561 MB as the program's name grew by a few characters; with no pad,
+  // 500 MB in all 12 variations tried. Once the heap has grown to a step's peak,
+  // no step asks the kernel for more.
   bool ok = mallopt(M_MMAP_MAX, 0) == 1;
   ok = mallopt(M_TRIM_THRESHOLD, -1) == 1 && ok;
-  ok = mallopt(M_TOP_PAD, 64 << 20) == 1 && ok;
+  ok = mallopt(M_TOP_PAD, 0) == 1 && ok;
   return ok;
 #else
   return false;
