@@ -46,6 +46,7 @@ struct Options {
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
   std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
   double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0;
+  double lr_final = 0.0;  // cosine: the learning rate it ends at
   double adambc_floor = 1e-8;  // gamma' of dp-adambc
   double epochs = 2;
   std::size_t batch = 256;
@@ -83,6 +84,7 @@ void for_each_run_option(O& o, F&& f) {
   f("optimizer", o.optimizer);
   f("lr", o.lr);
   f("lr-schedule", o.schedule);
+  f("lr-final", o.lr_final);
   f("momentum", o.momentum);
   f("weight-decay", o.weight_decay);
   f("adambc-floor", o.adambc_floor);
@@ -273,6 +275,9 @@ int run(Options o, const json* resumed) {
   require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
   require(o.lr > 0 && std::isfinite(o.lr), fmt::format("--lr must be > 0, got {}", o.lr));
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
+  require(o.lr_final >= 0 && o.lr_final <= o.lr,
+          fmt::format("--lr-final must be in [0, --lr], got {} with --lr {}", o.lr_final, o.lr));
+  require(o.lr_final == 0 || o.schedule == "cosine", "--lr-final needs --lr-schedule cosine");
   std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
   require(base_name == "sgd" || base_name == "momentum" || base_name == "adam" || (dp && base_name == "adambc"),
           "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
@@ -429,8 +434,10 @@ int run(Options o, const json* resumed) {
 
   // ---- header
   say(fmt::format("dpgrad-train: {} ({} parameters) on {}", model->name(), model->parameter_count(), data.description));
+  const std::string schedule =
+      o.schedule == "cosine" ? fmt::format("cosine down to {}", o.lr_final) : o.schedule;
   say(fmt::format("  optimizer {} lr {} ({}), batch {} ({} sampling, q = {:.6g}), {} steps ({} per epoch)", o.optimizer,
-                  o.lr, o.schedule, o.batch, sampler->name(), q, total_steps, per_epoch));
+                  o.lr, schedule, o.batch, sampler->name(), q, total_steps, per_epoch));
   if (dp) {
     say(fmt::format("  clipping {} at C = {}, noise multiplier {:.6g}{}, accountant {} ({} neighbours), delta {:g}",
                     strategy->name(), o.clip_norm, sigma, o.noise_multiplier ? "" : " (calibrated)", o.accountant,
@@ -496,7 +503,7 @@ int run(Options o, const json* resumed) {
     long in_epoch = std::min(per_epoch, total_steps - (epoch - 1) * per_epoch);
     for (long s = first; s < in_epoch; ++s) {
       if (o.schedule == "cosine")
-        base->set_lr(o.lr * 0.5 * (1 + std::cos(M_PI * double(step) / double(total_steps))));
+        base->set_lr(cosine_lr(o.lr, o.lr_final, step, total_steps));
       auto idx = sampler->next(*sample_rng);
       BatchT<float> batch = data.train.select(idx);
       if (o.augment_views > 0) batch = data::augment_images(batch, augment, std::uint64_t(step));
@@ -604,6 +611,8 @@ int main(int argc, char** argv) {
                  "corrected for the noise)")->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
+  app.add_option("--lr-final", o.lr_final, "cosine: the learning rate at the last step (default 0)")
+      ->capture_default_str();
   app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
   app.add_option("--adambc-floor", o.adambc_floor,
@@ -667,7 +676,8 @@ int main(int argc, char** argv) {
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
         // options added since a checkpoint was written keep their defaults, which such runs used
-        if (!stored.contains(flag) && std::string(flag) == "adambc-floor") return;
+        if (!stored.contains(flag) && (std::string(flag) == "adambc-floor" || std::string(flag) == "lr-final"))
+          return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])
           throw std::invalid_argument(fmt::format(

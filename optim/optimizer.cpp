@@ -169,6 +169,12 @@ void AdamT<T>::load_state(const std::map<std::string, ArrayT<T>>& s, long steps)
   }
 }
 
+double cosine_lr(double start, double end, long step, long total) {
+  require(total > 0 && step >= 0 && step <= total,
+          "cosine_lr: step " + std::to_string(step) + " is outside [0, " + std::to_string(total) + "]");
+  return end + (start - end) * 0.5 * (1 + std::cos(M_PI * double(step) / double(total)));
+}
+
 template class OptimizerT<float>;
 template class OptimizerT<double>;
 template class SgdT<float>;

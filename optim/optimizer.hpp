@@ -79,6 +79,10 @@ class AdamT final : public OptimizerT<T> {
   std::vector<ArrayT<T>> m_, v_;
 };
 
+/// The learning rate of a cosine schedule at `step` of `total`: `start` at step 0,
+/// `end` at step `total` (Loshchilov & Hutter 2017, without restarts).
+double cosine_lr(double start, double end, long step, long total);
+
 using Optimizer = OptimizerT<float>;
 using Sgd = SgdT<float>;
 using Adam = AdamT<float>;

@@ -175,6 +175,8 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-strategy jl:5/0 --accountant pld",
       " --dataset synthetic --optimizer adambc",
       " --dataset synthetic --optimizer dp-adambc --noise-multiplier 1 --adambc-floor 0",
+      " --dataset synthetic --lr 0.1 --lr-final 0.01",
+      " --dataset synthetic --lr 0.1 --lr-schedule cosine --lr-final 0.2",
   };
   for (const char* args : cases) {
     CAPTURE(args);

@@ -124,3 +124,13 @@ TEST_CASE("optim: bad hyperparameters and gradients are rejected") {
   CHECK_THROWS_WITH_AS(s.step({A{1.0, 2.0}}), doctest::Contains("does not match"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(s.step(std::vector<A>{}), doctest::Contains("0 gradients"), std::invalid_argument);
 }
+
+TEST_CASE("optim: cosine_lr runs from start to end through the midpoint, never rising") {
+  CHECK(cosine_lr(0.8, 0.1, 0, 100) == doctest::Approx(0.8));
+  CHECK(cosine_lr(0.8, 0.1, 50, 100) == doctest::Approx(0.45));
+  CHECK(cosine_lr(0.8, 0.1, 100, 100) == doctest::Approx(0.1));
+  CHECK(cosine_lr(1.0, 0.0, 25, 100) == doctest::Approx(0.5 + 0.5 * std::sqrt(0.5)));  // (1 + cos(pi / 4)) / 2
+  for (long t = 1; t <= 100; ++t) CHECK(cosine_lr(0.8, 0.1, t, 100) <= cosine_lr(0.8, 0.1, t - 1, 100));
+  CHECK_THROWS_AS(cosine_lr(0.8, 0.1, 101, 100), std::invalid_argument);
+  CHECK_THROWS_AS(cosine_lr(0.8, 0.1, 0, 0), std::invalid_argument);
+}
