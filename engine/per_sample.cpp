@@ -322,6 +322,16 @@ ArrayT<T> PerSampleGradients<T>::to_dense() const {
 }
 
 template <class T>
+bool per_sample_gradients_are_small(const ParamUses<T>& g, std::size_t batch) {
+  check_kinds(g);
+  if (kind_of(g) == UseKind::gather || batch == 0) return false;
+  std::size_t d = 0, p = 0;
+  std::size_t steps = 0;
+  for (const auto& v : views(g, batch, d, p)) steps += v.steps;
+  return 8 * d * p <= steps * (d + p);
+}
+
+template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& g) {
   check_kinds(g);
   if (kind_of(g) != UseKind::matmul) return NormMethod::ghost;  // bias and gather rules never build G_i
@@ -463,7 +473,8 @@ template struct PerSampleGradients<double>;
   template PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>&, std::size_t); \
   template ArrayT<T> per_sample_gradients(const ParamUses<T>&, std::size_t);                    \
   template ArrayT<T> weighted_gradient_sum(const ParamUses<T>&, const ArrayT<T>&);              \
-  template NormMethod cheaper_norm_method(const ParamUses<T>&);
+  template NormMethod cheaper_norm_method(const ParamUses<T>&);                                  \
+  template bool per_sample_gradients_are_small(const ParamUses<T>&, std::size_t);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)
 

@@ -54,6 +54,15 @@ ArrayT<T> per_sample_gradients(const ParamUses<T>& group, std::size_t batch);
 template <class T>
 ArrayT<T> weighted_gradient_sum(const ParamUses<T>& group, const ArrayT<T>& c);
 
+/// True when a parameter's per-sample gradients G_i (matmul or bias uses) take
+/// at most an eighth of the memory its uses already hold in activations and
+/// cotangents, as a convolution kernel's do over many positions (cnn26k's conv1:
+/// 1,024 values per sample against 15,680). Building them is then also cheaper
+/// than the ghost norm, and sum_i c_i G_i from them avoids reading every use
+/// again; the ghost strategy keeps them for that.
+template <class T>
+bool per_sample_gradients_are_small(const ParamUses<T>& group, std::size_t batch);
+
 /// The method `automatic` picks for this parameter (for benchmarks and tests).
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& group);

@@ -2,6 +2,7 @@
 #include "optim/clipping.hpp"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -214,11 +215,24 @@ class GhostStrategy final : public RuleStrategy<T> {
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
                       std::size_t b, double clip_norm, ClipResult<T>& res) override {
     ArrayT<T> norms_sq = xt::zeros<T>({b});
-    for (const auto* g : groups)
-      if (g) norms_sq += per_sample_norms_squared(*g, b);
+    // small G_i (a convolution kernel's) are kept from the norm pass; the rest are never built
+    std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
+    for (std::size_t j = 0; j < ps.size(); ++j) {
+      if (!groups[j]) continue;
+      if (per_sample_gradients_are_small(*groups[j], b)) {
+        kept[j] = materialise_per_sample_gradients(*groups[j], b);
+        norms_sq += kept[j]->norms_squared();
+      } else {
+        norms_sq += per_sample_norms_squared(*groups[j], b);
+      }
+    }
     ArrayT<T> c = factors(norms_sq, clip_norm, res);
-    for (std::size_t j = 0; j < ps.size(); ++j)
-      res.sum.push_back(groups[j] ? weighted_gradient_sum(*groups[j], c) : ArrayT<T>(xt::zeros<T>(ps[j].value().shape())));
+    for (std::size_t j = 0; j < ps.size(); ++j) {
+      if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c));
+      else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c));
+      else res.sum.push_back(xt::zeros<T>(ps[j].value().shape()));
+      kept[j].reset();
+    }
   }
 };
 

@@ -2,7 +2,10 @@
 // loop: materialised per-sample gradients (dense, and as vanilla keeps them),
 // ghost norms (and the materialised route to the same norms), and the
 // book-keeping weighted sum.
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 #include <unordered_map>
 
 #include <doctest/doctest.h>
@@ -138,4 +141,28 @@ TEST_CASE("per-sample rules: batch of one equals the plain gradient") {
   FastRng init(7), data(8);
   auto model = make_cnn26k<double>(Activation::relu, init);
   check_model(*model, image_batch(1, data));
+}
+
+TEST_CASE("per-sample rules: which parameters have per-sample gradients small enough to keep") {
+  // cnn26k: conv1's kernel (64 x 16 per sample against 196 positions of 64 + 16
+  // values) and both convolutions' biases; not conv2's kernel (4,096 x 2 against
+  // 25 x 288), nor any dense layer (one position). bilstm598k (7 steps): none.
+  auto small_set = [](ModelT<double>& model, const BatchT<double>& batch) {
+    TapeT<double> tape;
+    tape.record_uses(true, false);
+    {
+      RecordScope<double> scope(tape);
+      tape.backward(sum(cross_entropy(model.forward(batch), batch.labels)));
+    }
+    std::vector<std::string> names;
+    for (const auto& g : tape.uses())
+      if (per_sample_gradients_are_small(g, batch.size())) names.push_back(g.param->name);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  FastRng init(13), data(14);
+  auto cnn = make_cnn26k<double>(Activation::tanh, init);
+  CHECK(small_set(*cnn, image_batch(2, data)) == std::vector<std::string>{"conv1.bias", "conv1.weight", "conv2.bias"});
+  auto lstm = make_bilstm598k<double>(init);
+  CHECK(small_set(*lstm, token_batch(2, 7, data)).empty());
 }
