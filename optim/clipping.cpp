@@ -163,7 +163,9 @@ class NaiveStrategy final : public ClipStrategyT<T> {
 };
 
 /// The exact strategies: one forward and one backward with every parameter use
-/// recorded; they differ in how norms and sums come from the uses.
+/// recorded, then per parameter either its per-sample gradients G_i, kept for
+/// the clipped sum, or norms and the sum from the uses themselves (ghost or
+/// one-sample-at-a-time norms, book-keeping sum). They differ in which they keep.
 template <class T>
 class RuleStrategy : public ClipStrategyT<T> {
  public:
@@ -178,48 +180,17 @@ class RuleStrategy : public ClipStrategyT<T> {
   }
 
  protected:
+  virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
+
+ private:
   /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient).
-  virtual void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
-                              std::size_t b, double clip_norm, ClipResult<T>& res) = 0;
-};
-
-template <class T>
-class VanillaStrategy final : public RuleStrategy<T> {
- public:
-  std::string name() const override { return "vanilla"; }
-
- private:
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
-                      std::size_t b, double clip_norm, ClipResult<T>& res) override {
-    std::vector<PerSampleGradients<T>> per_sample(ps.size());
-    ArrayT<T> norms_sq = xt::zeros<T>({b});
-    for (std::size_t j = 0; j < ps.size(); ++j) {
-      if (!groups[j]) continue;
-      per_sample[j] = materialise_per_sample_gradients(*groups[j], b);
-      norms_sq += per_sample[j].norms_squared();
-    }
-    ArrayT<T> c = factors(norms_sq, clip_norm, res);
-    for (std::size_t j = 0; j < ps.size(); ++j) {
-      res.sum.push_back(groups[j] ? per_sample[j].weighted_sum(c) : ArrayT<T>(xt::zeros<T>(ps[j].value().shape())));
-      per_sample[j] = PerSampleGradients<T>();
-    }
-  }
-};
-
-template <class T>
-class GhostStrategy final : public RuleStrategy<T> {
- public:
-  std::string name() const override { return "ghost"; }
-
- private:
-  void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
-                      std::size_t b, double clip_norm, ClipResult<T>& res) override {
-    ArrayT<T> norms_sq = xt::zeros<T>({b});
-    // small G_i (a convolution kernel's) are kept from the norm pass; the rest are never built
+                      std::size_t b, double clip_norm, ClipResult<T>& res) const {
     std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
+    ArrayT<T> norms_sq = xt::zeros<T>({b});
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (!groups[j]) continue;
-      if (per_sample_gradients_are_small(*groups[j], b)) {
+      if (keeps_per_sample_gradients(*groups[j], b)) {
         kept[j] = materialise_per_sample_gradients(*groups[j], b);
         norms_sq += kept[j]->norms_squared();
       } else {
@@ -231,8 +202,31 @@ class GhostStrategy final : public RuleStrategy<T> {
       if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c));
       else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c));
       else res.sum.push_back(xt::zeros<T>(ps[j].value().shape()));
-      kept[j].reset();
+      kept[j].reset();  // freed as soon as its sum is formed
     }
+  }
+};
+
+/// Every parameter's G_i, materialised (B x P values in all).
+template <class T>
+class VanillaStrategy final : public RuleStrategy<T> {
+ public:
+  std::string name() const override { return "vanilla"; }
+
+ private:
+  bool keeps_per_sample_gradients(const ParamUses<T>&, std::size_t) const override { return true; }
+};
+
+/// Only the G_i that are small next to their uses (a convolution kernel's); the
+/// rest never exist, not even one sample's at a time where the ghost norm is cheaper.
+template <class T>
+class GhostStrategy final : public RuleStrategy<T> {
+ public:
+  std::string name() const override { return "ghost"; }
+
+ private:
+  bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const override {
+    return per_sample_gradients_are_small(group, b);
   }
 };
 
