@@ -1,7 +1,8 @@
 // Clipping strategies: each computes sum_i c_i g_i with c_i = min(1, C / ||g_i||)
 // for a batch, by a different route to the per-sample norms (MATH.md 1, 2, 7):
 // naive (per-example loop), vanilla (materialised), ghost (norms without
-// materialising, book-keeping sum), jl:K (K forward-mode projections),
+// materialising, book-keeping sum; only per-sample gradients much smaller than
+// their activations, a convolution kernel's, are kept), jl:K (K forward-mode projections),
 // microbatch:M (clipped microbatch means), none (plain sum, not private).
 #pragma once
 
