@@ -761,7 +761,7 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
     p.batches = {256};
     p.methods = {"none", "ghost", "vanilla", "jl:1", "jl:5", "jl:10", "jl:30", "microbatch:16", "naive"};
     p.models = {"cnn26k"};
-    // 30 steps of 6-8 ms: the GEMM share's median moved by up to 10 points between runs of 10
+    // 30 steps of 6-8 ms: with 10, the GEMM share's median moved by 11 points between runs
     if (!given.count("--steps")) p.steps = 30;
     add_speed(p);
     p.models = {"bilstm598k"};

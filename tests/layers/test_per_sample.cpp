@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -144,9 +144,9 @@ TEST_CASE("per-sample rules: batch of one equals the plain gradient") {
 }
 
 TEST_CASE("per-sample rules: which parameters have per-sample gradients small enough to keep") {
-  // cnn26k: conv1's kernel (64 x 16 per sample against 196 positions of 64 + 16
-  // values) and both convolutions' biases; not conv2's kernel (4,096 x 2 against
-  // 25 x 288), nor any dense layer (one position). bilstm598k (7 steps): none.
+  // cnn26k: conv1's kernel (1,024 values per sample against 196 positions of
+  // 64 + 16) and both convolutions' biases; not conv2's kernel (8,192 against 25
+  // positions of 256 + 32), nor any dense layer (one position). bilstm598k: none.
   auto small_set = [](ModelT<double>& model, const BatchT<double>& batch) {
     TapeT<double> tape;
     tape.record_uses(true, false);
