@@ -23,8 +23,8 @@ bool keep_freed_memory() {
   // Grow the heap by exactly what is asked (top pad 0). With a pad (glibc's
   // 128 KiB, or 64 MiB) where a step's blocks land depended on allocations made
   // before the model existed: bilstm598k's ghost step at batch 256 peaked at
-  // 494 or 561 MB as the program's name grew by a few characters; with no pad,
-  // 500 MB in all 12 variations tried. Once the heap has grown to a step's peak,
+  // 494 or 561 MB with the length of the program's name; with no pad, 500 MB in
+  // all 12 variations tried. Once the heap has grown to a step's peak,
   // no step asks the kernel for more.
   bool ok = mallopt(M_MMAP_MAX, 0) == 1;
   ok = mallopt(M_TRIM_THRESHOLD, -1) == 1 && ok;

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -675,9 +677,9 @@ int main(int argc, char** argv) {
       const json given = run_options_json(o);
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
-        // options added since a checkpoint was written keep their defaults, which such runs used
-        if (!stored.contains(flag) && (std::string(flag) == "adambc-floor" || std::string(flag) == "lr-final"))
-          return;
+        // options added since older checkpoints were written keep their defaults, which such runs used
+        static const std::set<std::string> added_later{"adambc-floor", "lr-final"};
+        if (!stored.contains(flag) && added_later.count(flag)) return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])
           throw std::invalid_argument(fmt::format(
