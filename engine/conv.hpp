@@ -1,7 +1,8 @@
 // Convolution and pooling primitives on channels-last images x (B, H, W, C).
 // A convolution is im2col followed by the parametric op `linear`, so linear's
 // per-sample rules (a use with the patches as activations, T = Ho*Wo) cover
-// convolutions without a rule of their own. Geometry helpers compute padding.
+// convolutions without a rule of their own; or, for kernels small against
+// their positions, one direct op that never stores the patches. Geometry helpers compute padding.
 #pragma once
 
 #include <cstddef>
@@ -54,11 +55,34 @@ template <class T>
 TensorT<T> im2col(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
                   std::size_t stride_w, Pad2d pad = {});
 
-/// Composite (no rules of its own): linear(im2col(x), w, b) ->
-/// (B, Ho, Wo, Cout) for x (B, H, W, C), w (kh*kw*C, Cout), b (Cout) or undefined.
+/// How conv2d computes.
+enum class ConvMethod {
+  automatic,  // direct where direct_conv_pays, else patches
+  patches,    // linear(im2col(x), w, b): the patch array is stored; linear's per-sample rules
+  direct,     // conv2d_direct: patches built a block at a time and never stored
+};
+
+/// (B, Ho, Wo, Cout) for x (B, H, W, C), w (kh*kw*C, Cout), b (Cout) or
+/// undefined: cross-correlation with zero padding `pad`, by either route.
 template <class T>
 TensorT<T> conv2d(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b, std::size_t kernel_h,
-                  std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad = {});
+                  std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad = {},
+                  ConvMethod method = ConvMethod::automatic);
+
+/// The convolution as one op that keeps x, not its patches. Its per-sample rule
+/// (a `conv` use) builds each sample's G_i (kh*kw*C, Cout) from x_i and delta_i,
+/// so it suits kernels whose G_i are small against a sample's patches.
+template <class T>
+TensorT<T> conv2d_direct(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b, std::size_t kernel_h,
+                         std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad = {});
+
+/// True when `automatic` takes the direct route for a kernel of `patch` =
+/// kh*kw*C rows and `cout` columns over `positions` = Ho*Wo outputs: G_i at
+/// most an eighth of what a sample's patches and output gradients hold (the
+/// rule of per_sample_gradients_are_small), and W within 2^14 values so that
+/// the kernels' working set stays in cache. cnn26k's conv1 (64 x 16 over 196
+/// positions) qualifies; its conv2 (256 x 32 over 25) does not.
+bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions);
 
 /// Max over 'valid' windows: x (B, H, W, C) -> (B, Ho, Wo, C), channel by channel.
 /// d out / d x = 1 at the window's argmax, 0 elsewhere. Ties (a kink): the first

@@ -1,4 +1,4 @@
-// Per-sample rules for the three kinds of parameter use (matmul, bias, gather).
+// Per-sample rules for the four kinds of parameter use (matmul, bias, gather, conv).
 // Shapes: B samples; a use of W (d, p) has activations a (B, Ta, d) and output
 // cotangents delta (B, Ta, p), Ta = steps or positions of that use.
 #include "engine/per_sample.hpp"
@@ -26,6 +26,7 @@ struct UseView {  // one use seen as per-sample blocks
   const T* a = nullptr;      // (B, Ta, d) or nullptr
   const T* delta = nullptr;  // (B, Ta, p)
   const std::int32_t* ids = nullptr;  // (B, Ta) for gather
+  const ParamUse<T>* use = nullptr;   // conv: builds G_i itself
   std::size_t steps = 0;     // Ta
 };
 
@@ -59,6 +60,13 @@ std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::siz
         d = ps[0];  // vocabulary
         p = ps[1];
         v.ids = u->ids->data();
+        break;
+      case UseKind::conv:
+        d = ps[0];
+        p = ps[1];
+        if (!u->sample_gradient)
+          throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has a conv use without its rule");
+        v.use = u;
         break;
     }
     v.steps = batch == 0 ? 0 : delta.size() / (batch * p);
@@ -183,6 +191,28 @@ class SampleRows {
   std::vector<std::int32_t> ids_;
   std::vector<T> rows_;
 };
+
+/// G_i of a conv parameter into g (d p values, overwritten): each use's op builds
+/// its share from the sample's image and output gradient.
+template <class T>
+void conv_gradient(const std::vector<UseView<T>>& vs, std::size_t i, std::size_t batch, std::size_t n, T* g) {
+  std::fill_n(g, n, T(0));
+  for (const auto& v : vs) v.use->sample_gradient(i, batch, g);
+}
+
+/// ||G_i||^2 of a conv parameter, G_i built one sample at a time.
+template <class T>
+ArrayT<T> conv_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p) {
+  ArrayT<T> r = ArrayT<T>::from_shape({batch});
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    std::vector<T> gi(d * p);
+    for (std::size_t i = i0; i < i1; ++i) {
+      conv_gradient(vs, i, batch, d * p, gi.data());
+      r.data()[i] = sq_norm(gi.data(), d * p);
+    }
+  });
+  return r;
+}
 
 /// sum_t delta_t of sample i (its bias gradient) into acc: (p).
 template <class T>
@@ -334,7 +364,8 @@ bool per_sample_gradients_are_small(const ParamUses<T>& g, std::size_t batch) {
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& g) {
   check_kinds(g);
-  if (kind_of(g) != UseKind::matmul) return NormMethod::ghost;  // bias and gather rules never build G_i
+  if (kind_of(g) == UseKind::conv) return NormMethod::materialise;  // its only rule: no patches to take a Gram of
+  if (kind_of(g) != UseKind::matmul) return NormMethod::ghost;      // bias and gather rules never build G_i
   std::size_t d = g.param->value.shape()[0], p = g.param->value.shape()[1], total = 0;
   for (const auto* u : g.uses) {
     std::size_t b = u->input->value.shape()[0];
@@ -357,6 +388,7 @@ ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, Nor
                                                : matmul_ghost_norms(vs, batch, d, p);
     case UseKind::bias: return bias_norms(vs, batch, p);
     case UseKind::gather: return gather_norms(vs, batch, d, p);
+    case UseKind::conv: return conv_norms(vs, batch, d, p);  // materialised whatever `method` says
   }
   return {};
 }
@@ -394,6 +426,10 @@ PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, st
   if (kind_of(g) == UseKind::bias) {
     for_samples(batch, [&](std::size_t i0, std::size_t i1) {
       for (std::size_t i = i0; i < i1; ++i) bias_gradient(vs, i, p, dense + i * block);
+    });
+  } else if (kind_of(g) == UseKind::conv) {
+    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) conv_gradient(vs, i, batch, block, dense + i * block);
     });
   } else {
     for_samples(batch, [&](std::size_t i0, std::size_t i1) {
@@ -452,6 +488,15 @@ ArrayT<T> weighted_gradient_sum(const ParamUses<T>& g, const ArrayT<T>& c) {
       }
       break;
     }
+    case UseKind::conv:  // sum_i c_i G_i, each G_i built by its op, in parallel pieces of samples
+      parallel::sum_pieces(batch, 1, d * p, out.data(), [&](std::size_t i0, std::size_t i1, T* acc) {
+        std::vector<T> gi(d * p);
+        for (std::size_t i = i0; i < i1; ++i) {
+          conv_gradient(vs, i, batch, d * p, gi.data());
+          axpy(d * p, ci[i], gi.data(), acc);
+        }
+      });
+      break;
     case UseKind::gather:
       for (const auto& v : vs)
         for (std::size_t i = 0; i < batch; ++i)

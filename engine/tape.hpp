@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +20,8 @@ enum class UseKind {
   matmul,  // y = a W:            a (B, ..., d), delta (B, ..., p), W (d, p)
   bias,    // y = z + b:          delta (B, ..., p), b (p)
   gather,  // y = W[ids]:         ids (B, ...), delta (B, ..., p), W (V, p)
+  conv,    // y = conv(x, W):      x (B, H, W, C), delta (B, Ho, Wo, p), W (kh*kw*C, p); the
+           //                      op builds G_i itself (sample_gradient), no patches are kept
 };
 
 template <class T>
@@ -27,6 +30,9 @@ struct ParamUse {
   std::shared_ptr<Node<T>> input;             // matmul: the activations a (kept alive, not copied)
   std::shared_ptr<const std::vector<std::int32_t>> ids;  // gather: flattened ids, B * steps of them; -1 = padding
   std::shared_ptr<const ArrayT<T>> delta;     // dLoss/dy, filled by backward (shared by W and b)
+  // conv: g (W's shape) += G_i, example i's gradient, from its images and their rows
+  // of delta (an example of `batch` is B / batch consecutive images: its views)
+  std::function<void(std::size_t i, std::size_t batch, T* g)> sample_gradient;
 };
 
 /// Every use of one parameter in one forward pass: one per-sample gradient.

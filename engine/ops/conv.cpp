@@ -10,6 +10,7 @@
 
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/ops/conv_geom.hpp"
 #include "engine/parallel.hpp"
 
 namespace dpgrad {
@@ -50,19 +51,7 @@ std::size_t window_output_size(std::size_t in, std::size_t kernel, std::size_t s
   return (padded - kernel) / stride + 1;
 }
 
-namespace {
-using detail::shape_str;
-using std::ptrdiff_t;
-
-/// The geometry of one im2col application, checked against x (B, H, W, C).
-struct ConvGeom {
-  std::size_t b = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, sh = 0, sw = 0, ho = 0, wo = 0;
-  Pad2d pad;
-  std::size_t image() const { return h * w * c; }
-  std::size_t patch() const { return kh * kw * c; }
-  std::size_t cols() const { return ho * wo * patch(); }  // per image
-};
-
+namespace detail {
 ConvGeom conv_geometry(const Shape& xs, std::size_t kh, std::size_t kw, std::size_t sh, std::size_t sw, Pad2d pad,
                        const char* op) {
   if (xs.size() != 4)
@@ -81,70 +70,29 @@ ConvGeom conv_geometry(const Shape& xs, std::size_t kh, std::size_t kw, std::siz
   return g;
 }
 
-/// Images per parallel piece: about 2^16 patch entries each.
-std::size_t image_grain(const ConvGeom& g) { return std::max<std::size_t>(1, (std::size_t(1) << 16) / std::max<std::size_t>(1, g.cols())); }
+}  // namespace detail
 
-/// A window row's n values copied (Add: added) from s to d; Row of them when
-/// Row > 0, known at compile time, so that rows as short as conv1's 8 values
-/// cost a handful of instructions rather than a loop's setup.
-template <std::size_t Row, bool Add, class T>
-inline void move_row(const T* __restrict s, T* __restrict d, std::size_t n) {
-  const std::size_t len = Row ? Row : n;
-  for (std::size_t l = 0; l < len; ++l) {
-    if constexpr (Add) d[l] += s[l];
-    else d[l] = s[l];
-  }
-}
+namespace {
+using detail::ConvGeom;
+using detail::conv_geometry;
+using detail::image_grain;
+using detail::shape_str;
 
-/// Patches of images [n0, n1), or (ToImage) patches added back onto the images.
-/// A padded image goes through a zero-bordered frame, so every window lies
-/// inside it and its kh rows are contiguous runs: no per-row bounds or calls.
-/// Row is kw * C when known at compile time, else 0.
-template <std::size_t Row, bool ToImage, class T>
-void patch_images(const T* src, std::size_t n0, std::size_t n1, const ConvGeom& g, T* dst) {
-  const std::size_t row = g.kw * g.c, c = g.c, ph = g.h + g.pad.top + g.pad.bottom,
-                    pw = g.w + g.pad.left + g.pad.right, line = pw * c, width = g.w * c;
-  const bool padded = ph != g.h || pw != g.w;
-  std::vector<T> frame(padded ? ph * line : 0, T(0));
-  auto frame_row = [&](std::size_t y) { return frame.data() + ((y + g.pad.top) * pw + g.pad.left) * c; };
-  std::conditional_t<ToImage, const T*, T*> patch;  // the patch rows: col2im's source, im2col's destination
-  if constexpr (ToImage) patch = src + n0 * g.cols();
-  else patch = dst + n0 * g.cols();
-  for (std::size_t n = n0; n < n1; ++n) {
-    std::conditional_t<ToImage, T*, const T*> img;  // the image the windows lie in: x, dx, or the frame
-    if constexpr (ToImage) {
-      if (padded) std::fill(frame.begin(), frame.end(), T(0));
-      img = padded ? frame.data() : dst + n * g.image();
-    } else {
-      if (padded)
-        for (std::size_t y = 0; y < g.h; ++y) std::copy_n(src + n * g.image() + y * width, width, frame_row(y));
-      img = padded ? frame.data() : src + n * g.image();
-    }
-    for (std::size_t oy = 0; oy < g.ho; ++oy)
-      for (std::size_t ox = 0; ox < g.wo; ++ox) {
-        auto p = img + (oy * g.sh * pw + ox * g.sw) * c;
-        for (std::size_t i = 0; i < g.kh; ++i, p += line) {
-          if constexpr (ToImage) move_row<Row, true>(patch, p, row);
-          else move_row<Row, false>(p, patch, row);
-          patch += row;
-        }
-      }
-    if (ToImage && padded)
-      for (std::size_t y = 0; y < g.h; ++y) move_row<0, true>(frame_row(y), dst + n * g.image() + y * width, width);
-  }
-}
-
-/// patch_images over images [0, images) in parallel pieces (images are
-/// independent), with the row length fixed at compile time for common sizes.
+/// Patches of images [0, images) in parallel pieces (images are independent),
+/// or (ToImage) patches added back onto the images.
 template <bool ToImage, class T>
 void patch_kernel(const T* src, std::size_t images, const ConvGeom& g, T* dst) {
   parallel::for_range(images, image_grain(g), [&](std::size_t n0, std::size_t n1) {
-    switch (g.kw * g.c) {
-      case 4: patch_images<4, ToImage>(src, n0, n1, g, dst); break;
-      case 8: patch_images<8, ToImage>(src, n0, n1, g, dst); break;
-      case 16: patch_images<16, ToImage>(src, n0, n1, g, dst); break;
-      case 64: patch_images<64, ToImage>(src, n0, n1, g, dst); break;
-      default: patch_images<0, ToImage>(src, n0, n1, g, dst);
+    detail::ImagePatches<T> im(g);
+    for (std::size_t n = n0; n < n1; ++n) {
+      if constexpr (ToImage) {
+        im.begin_scatter(dst + n * g.image());
+        im.scatter(0, g.positions(), src + n * g.cols());
+        im.end_scatter(dst + n * g.image());
+      } else {
+        im.load(src + n * g.image());
+        im.gather(0, g.positions(), dst + n * g.cols());
+      }
     }
   });
 }
@@ -207,19 +155,22 @@ TensorT<T> im2col(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_
 
 template <class T>
 TensorT<T> conv2d(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b, std::size_t kernel_h,
-                  std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad) {
+                  std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad, ConvMethod method) {
   ConvGeom g = conv_geometry(x.shape(), kernel_h, kernel_w, stride_h, stride_w, pad, "conv2d");
   Shape ws = w.shape();
   if (ws.size() != 2 || ws[0] != g.patch())
     throw std::invalid_argument("conv2d: weight " + shape_str(ws) + " must be (kh*kw*C, Cout) with kh*kw*C = " +
                                 std::to_string(g.patch()) + " for x " + shape_str(x.shape()));
+  if (method == ConvMethod::automatic)
+    method = direct_conv_pays(g.patch(), ws[1], g.positions()) ? ConvMethod::direct : ConvMethod::patches;
+  if (method == ConvMethod::direct) return conv2d_direct(x, w, b, kernel_h, kernel_w, stride_h, stride_w, pad);
   return linear(im2col(x, kernel_h, kernel_w, stride_h, stride_w, pad), w, b);  // (B, Ho, Wo, Cout)
 }
 
 #define DPGRAD_INSTANTIATE(T)                                                                                 \
   template TensorT<T> im2col(const TensorT<T>&, std::size_t, std::size_t, std::size_t, std::size_t, Pad2d); \
   template TensorT<T> conv2d(const TensorT<T>&, const TensorT<T>&, const TensorT<T>&, std::size_t, std::size_t, \
-                             std::size_t, std::size_t, Pad2d);
+                             std::size_t, std::size_t, Pad2d, ConvMethod);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)
 

@@ -11,30 +11,9 @@
 
 namespace dpgrad {
 namespace {
+using detail::add_column_sums;
+using detail::fill_rows;
 using detail::shape_str;
-
-/// Rows per parallel piece of the bias passes: about 2^14 values each.
-inline std::size_t bias_grain(std::size_t p) { return std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(1, p)); }
-
-/// Every row of out (m, p) = b.
-template <class T>
-void fill_rows(const T* b, std::size_t m, std::size_t p, T* out) {
-  parallel::for_range(m, bias_grain(p), [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t i = r0; i < r1; ++i) std::copy_n(b, p, out + i * p);
-  });
-}
-
-/// g (p) += the column sums of r (m, p), in parallel pieces of rows.
-template <class T>
-void add_column_sums(const T* r, std::size_t m, std::size_t p, T* g) {
-  parallel::sum_pieces(m, bias_grain(p), p, g, [&](std::size_t r0, std::size_t r1, T* acc) {
-    T* __restrict s = acc;
-    for (std::size_t i = r0; i < r1; ++i) {
-      const T* __restrict row = r + i * p;
-      for (std::size_t j = 0; j < p; ++j) s[j] += row[j];
-    }
-  });
-}
 
 template <class T>
 struct LinearOp final : Op<T> {

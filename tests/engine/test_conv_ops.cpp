@@ -1,6 +1,7 @@
 // Convolution and pooling primitives: padding geometry, im2col and max_pool2d
-// values against naive loops, their gradient checks over many geometries, the
-// conv2d composite against a direct convolution, and bad input.
+// values against naive loops, their gradient checks over many geometries, both
+// conv2d routes (im2col + linear, and the direct op) against a naive
+// convolution, the direct op's per-sample rule, and bad input.
 #include <algorithm>
 #include <numeric>
 
@@ -11,6 +12,7 @@
 
 #include "engine/conv.hpp"
 #include "engine/ops.hpp"
+#include "engine/per_sample.hpp"
 #include "engine/tape.hpp"
 #include "support/check.hpp"
 
@@ -162,44 +164,131 @@ TEST_CASE("im2col: gradient checks") {
   }
 }
 
-TEST_CASE("conv2d: values against a direct convolution, float and double") {
+const std::vector<ConvMethod> both_routes{ConvMethod::patches, ConvMethod::direct};
+
+TEST_CASE("conv2d: both routes' values against a naive convolution, float and double") {
   FastRng rng(33);
-  for (const auto& g : geometries()) {
+  std::vector<Geometry> gs = geometries();
+  gs.push_back({{3, 20, 20, 16}, 8, 8, 1, 1, Padding::valid()});  // 1,024-value patches: the direct op's blocks of 16 positions
+  // output channels: fewer than a vector, one float vector and a remainder, two double vectors and a remainder
+  for (std::size_t f : {3, 19})
+  for (ConvMethod method : both_routes)
+  for (const auto& g : gs) {
     CAPTURE(shape_text(g.x));
-    std::size_t f = 3, k = g.kh * g.kw * g.x[3];
+    CAPTURE(f);
+    CAPTURE(int(method));
+    std::size_t k = g.kh * g.kw * g.x[3];
     Pad2d p = pads_of(g);
     A x = randn<double>(g.x, rng), w = randn<double>({k, f}, rng), b = randn<double>({f}, rng);
     {
       NoRecordScope<double> none;
-      A got = conv2d(D(x), D(w), D(b), g.kh, g.kw, g.sh, g.sw, p).value();
+      A got = conv2d(D(x), D(w), D(b), g.kh, g.kw, g.sh, g.sw, p, method).value();
       A want = naive_conv(x, w, b, g.kh, g.kw, g.sh, g.sw, p);
       REQUIRE(shape_of(got) == shape_of(want));
-      DPGRAD_CHECK_CLOSE(got, want, 1e-12);
+      // a sum of k + 1 products of standard normals is about sqrt(k) in size: errors relative to that
+      std::string diff = test::mismatch(got, want, 1e-12, std::sqrt(double(k)));
+      INFO(diff);
+      CHECK(diff.empty());
     }
     {
       NoRecordScope<float> none;
       ArrayT<float> xf = xt::cast<float>(x), wf = xt::cast<float>(w), bf = xt::cast<float>(b);
-      ArrayT<float> got = conv2d(TensorT<float>(xf), TensorT<float>(wf), TensorT<float>(bf), g.kh, g.kw, g.sh, g.sw, p).value();
+      ArrayT<float> got =
+          conv2d(TensorT<float>(xf), TensorT<float>(wf), TensorT<float>(bf), g.kh, g.kw, g.sh, g.sw, p, method).value();
       ArrayT<float> want = naive_conv(xf, wf, bf, g.kh, g.kw, g.sh, g.sw, p);
       REQUIRE(shape_of(got) == shape_of(want));
-      std::string diff = test::mismatch(got, want, 1e-4, 1e-3);
+      std::string diff = test::mismatch(got, want, 1e-5, std::sqrt(double(k)));
       INFO(diff);
       CHECK(diff.empty());
     }
   }
 }
 
-TEST_CASE("conv2d: gradient checks with respect to x, W and b") {
+TEST_CASE("conv2d: both routes' gradient checks with respect to x, W and b") {
   FastRng rng(34);
+  for (ConvMethod method : both_routes)
+  for (std::size_t f : {2, 9})  // the direct op: channels in its scalar remainder; a whole double vector and one more
   for (const auto& g : geometries()) {
     CAPTURE(shape_text(g.x));
-    std::size_t f = 2, k = g.kh * g.kw * g.x[3];
+    CAPTURE(int(method));
+    CAPTURE(f);
+    std::size_t k = g.kh * g.kw * g.x[3];
     Pad2d p = pads_of(g);
     A x = randn<double>(g.x, rng), w = randn<double>({k, f}, rng), b = randn<double>({f}, rng);
+    GradcheckOptions o;
+    o.step = 1e-4;  // conv2d is bilinear in (x, W): central differences are exact but for rounding, which a longer step shrinks
     DPGRAD_CHECK_GRADS(gradcheck(
-        [&](const std::vector<D>& v) { return conv2d(v[0], v[1], v[2], g.kh, g.kw, g.sh, g.sw, p); }, {x, w, b}));
+        [&](const std::vector<D>& v) { return conv2d(v[0], v[1], v[2], g.kh, g.kw, g.sh, g.sw, p, method); }, {x, w, b},
+        o));
     DPGRAD_CHECK_GRADS(gradcheck(
-        [&](const std::vector<D>& v) { return conv2d(v[0], v[1], D{}, g.kh, g.kw, g.sh, g.sw, p); }, {x, w}));
+        [&](const std::vector<D>& v) { return conv2d(v[0], v[1], D{}, g.kh, g.kw, g.sh, g.sw, p, method); }, {x, w}, o));
+  }
+}
+
+TEST_CASE("conv2d: the automatic route is direct where a sample's kernel gradient is small") {
+  CHECK(direct_conv_pays(64, 16, 196));     // cnn26k's conv1: 8x8x1 -> 16 over 14x14 positions
+  CHECK_FALSE(direct_conv_pays(256, 32, 25));  // cnn26k's conv2: 4x4x16 -> 32 over 5x5
+  CHECK_FALSE(direct_conv_pays(64, 16, 1));  // one position: G_i is the whole patch times delta
+  CHECK_FALSE(direct_conv_pays(1024, 64, 1u << 20));  // W beyond 2^14 values
+  FastRng rng(37);
+  A x = randn<double>({2, 28, 28, 1}, rng), w = randn<double>({64, 16}, rng);
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D y = conv2d(D(x), make_parameter<double>("w", w), D{}, 8, 8, 2, 2, Pad2d{3, 3, 3, 3});
+  REQUIRE(tape.size() == 1);  // one op, no im2col
+  CHECK(y.shape() == Shape{2, 14, 14, 16});
+}
+
+TEST_CASE("conv2d_direct: its conv use gives each example's gradient, views of an example summed") {
+  FastRng rng(38);
+  const std::size_t B = 4, C = 2, F = 19, kh = 3, kw = 2;
+  Pad2d p = resolve_padding(Padding::same(), 5, 6, kh, kw, 2, 1);
+  A x = randn<double>({B, 5, 6, C}, rng), w = randn<double>({kh * kw * C, F}, rng), b = randn<double>({F}, rng);
+  A u = randn<double>({B, 3, 6, F}, rng);
+  // the reference: each image alone, its weight gradient from a backward of <u_n, y_n>
+  std::vector<A> alone;
+  for (std::size_t n = 0; n < B; ++n) {
+    D wt = make_parameter<double>("w", w);
+    TapeT<double> tape;
+    RecordScope<double> scope(tape);
+    A xn = xt::view(x, xt::range(n, n + 1));
+    D y = conv2d_direct(D(xn), wt, D(b), kh, kw, 2, 1, p);
+    A un = xt::view(u, xt::range(n, n + 1));
+    tape.backward(y, un);
+    alone.push_back(wt.grad());
+  }
+  for (std::size_t examples : {B, B / 2}) {  // B examples of one image, or B / 2 of two views each
+    CAPTURE(examples);
+    TapeT<double> tape;
+    tape.record_uses(true, false);
+    RecordScope<double> scope(tape);
+    D wt = make_parameter<double>("conv.weight", w), bt = make_parameter<double>("conv.bias", b);
+    D y = conv2d_direct(D(x), wt, bt, kh, kw, 2, 1, p);
+    tape.backward(y, u);
+    const auto& groups = tape.uses();
+    REQUIRE(groups.size() == 2);
+    REQUIRE(groups[0].uses[0]->kind == UseKind::conv);
+    CHECK(cheaper_norm_method(groups[0]) == NormMethod::materialise);
+    A g = per_sample_gradients(groups[0], examples);
+    REQUIRE(shape_of(g) == Shape{examples, kh * kw * C, F});
+    const std::size_t views = B / examples;
+    A want_norms = xt::zeros<double>({examples});
+    for (std::size_t i = 0; i < examples; ++i) {
+      A want = xt::zeros<double>({kh * kw * C, F});
+      for (std::size_t v = 0; v < views; ++v) want += alone[i * views + v];
+      A got = xt::view(g, i);
+      DPGRAD_CHECK_CLOSE(got, want, 1e-12);
+      want_norms(i) = xt::sum(want * want)();
+    }
+    for (NormMethod m : {NormMethod::automatic, NormMethod::ghost, NormMethod::materialise}) {
+      A norms = per_sample_norms_squared(groups[0], examples, m);
+      DPGRAD_CHECK_CLOSE(norms, want_norms, 1e-10);
+    }
+    A c = randn<double>({examples}, rng);
+    A want_sum = xt::zeros<double>({kh * kw * C, F});
+    for (std::size_t i = 0; i < examples; ++i) want_sum += c(i) * A(xt::view(g, i));
+    DPGRAD_CHECK_CLOSE(weighted_gradient_sum(groups[0], c), want_sum, 1e-12);
+    DPGRAD_CHECK_CLOSE(materialise_per_sample_gradients(groups[0], examples).weighted_sum(c), want_sum, 1e-12);
   }
 }
 

@@ -138,7 +138,7 @@ TEST_CASE("models: a forward pass gives (B, classes)") {
   CHECK_THROWS_AS(gru->forward(short_lengths), std::invalid_argument);
 }
 
-TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses") {
+TEST_CASE("cnn26k: gradient check on one image; conv1 records a direct conv use, conv2 an im2col use") {
   FastRng rng(63);
   auto m = make_cnn26k<double>(Activation::tanh, rng);
   BatchT<double> batch = image_batch<double>(1, rng);
@@ -151,7 +151,8 @@ TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses"
       [&](const std::vector<TensorT<double>>& v) { return mean_cross_entropy(net.forward(v[0]), batch.labels); },
       {batch.inputs}, o));
 
-  // per-sample records: each convolution is one matmul use with (Ho, Wo) patch rows per image
+  // per-sample records: conv1 (64 x 16 over 196 positions) is the direct op, a conv use over the
+  // images themselves; conv2 (256 x 32 over 25) one matmul use with (Ho, Wo) patch rows per image
   BatchT<double> two = image_batch<double>(2, rng);
   for (auto& p : m->parameters()) p.zero_grad();
   TapeT<double> tape;
@@ -163,7 +164,9 @@ TEST_CASE("cnn26k: gradient check on one image; conv weights record im2col uses"
   const auto& groups = tape.uses();
   REQUIRE(groups.size() == 8);
   CHECK(groups[0].param->name == "conv1.weight");
-  CHECK(shape_of(groups[0].uses[0]->input->value) == Shape{2, 14, 14, 64});
+  CHECK(groups[0].uses[0]->kind == UseKind::conv);
+  CHECK(shape_of(groups[0].uses[0]->input->value) == Shape{2, 28, 28, 1});
+  CHECK(groups[2].uses[0]->kind == UseKind::matmul);
   CHECK(groups[2].param->name == "conv2.weight");
   CHECK(shape_of(groups[2].uses[0]->input->value) == Shape{2, 5, 5, 256});
   for (const auto& p : m->parameters()) CHECK(xt::sum(xt::abs(p.grad()))() > 0.0);
