@@ -9,6 +9,7 @@
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
 #include "engine/per_sample.hpp"
+#include "engine/runtime.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
 
@@ -266,17 +267,22 @@ class JlStrategy final : public ClipStrategyT<T> {
         if (shape_of(dirs[p]) != s) dirs[p] = ArrayT<T>::from_shape(s);
         seeds.emplace_back(ps[p].node(), &dirs[p]);
       }
-      for (std::size_t j = 0; j < c; ++j)
-        for (std::size_t p = 0; p < ps.size(); ++p) {
-          const std::size_t n = ps[p].value().size();
-          rng.fill_normal(dirs[p].data() + j * n, n, 1.0);
-        }
+      {
+        profile::Scope timed("jl directions");
+        for (std::size_t j = 0; j < c; ++j)
+          for (std::size_t p = 0; p < ps.size(); ++p) {
+            const std::size_t n = ps[p].value().size();
+            rng.fill_normal(dirs[p].data() + j * n, n, 1.0);
+          }
+      }
+      profile::Scope timed("jl tangents (all jvps)");
       const ArrayT<T> proj = tape.push_tangents(seeds, losses, c);  // (c, B): P_ji = <g_i, v_j>
       for (std::size_t j = 0; j < c; ++j)
         for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
     }
     dirs.clear();
     ArrayT<T> c = factors(norms_sq, clip_norm, res);
+    profile::Scope timed("jl weighted backward (all vjps)");
     tape.backward(losses, c);  // one backward of sum_i c_i loss_i
     for (auto& p : ps) res.sum.push_back(p.grad());
     zero_grads(ps);
