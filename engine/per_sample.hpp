@@ -16,6 +16,7 @@ namespace dpgrad {
 enum class NormMethod {
   automatic,    // per parameter, the cheaper of ghost and materialise
   ghost,        // Gram-matrix identity, nothing of parameter size per sample
+                // (a conv use keeps no patches to take a Gram of: it materialises)
   materialise,  // build G_i, take its norm
 };
 
