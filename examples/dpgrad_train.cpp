@@ -47,7 +47,7 @@ struct Options {
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
   std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
-  double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0;
+  double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0;
   double lr_final = 0.0;  // cosine: the learning rate it ends at
   double adambc_floor = 1e-8;  // gamma' of dp-adambc
   double epochs = 2;
@@ -91,6 +91,7 @@ void for_each_run_option(O& o, F&& f) {
   f("weight-decay", o.weight_decay);
   f("adambc-floor", o.adambc_floor);
   f("ema", o.ema);
+  f("sat-rho", o.sat_rho);
   f("epochs", o.epochs);
   f("batch-size", o.batch);
   f("max-steps", o.max_steps);
@@ -303,6 +304,7 @@ int run(Options o, const json* resumed) {
                                       "--epoch-fraction must be in (0, 1) for private shuffled training");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
   require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
+  require(o.sat_rho >= 0 && std::isfinite(o.sat_rho), fmt::format("--sat-rho must be >= 0 (0: off), got {}", o.sat_rho));
   require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
           "--checkpoint-dir " + o.checkpoint_dir +
               " already holds a checkpoint: add --resume to continue that run, or choose another directory");
@@ -428,7 +430,7 @@ int run(Options o, const json* resumed) {
   } else {
     base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
   }
-  DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise};
+  DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise, o.sat_rho};
   DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *noise_rng, *aux_rng, accountant.get());
   if (base_name == "adambc") adam->correct_noise(opt.noise_variance(), o.adambc_floor);
   std::unique_ptr<ParameterAverage> average;
@@ -460,6 +462,9 @@ int run(Options o, const json* resumed) {
   if (average)
     say(fmt::format("  evaluating the exponential moving average of the parameters (decay {}; post-processing, "
                     "no privacy cost)", o.ema));
+  if (o.sat_rho > 0)
+    say(fmt::format("  sharpness-aware (DP-SAT): gradients taken {} along the previous step's noised gradient "
+                    "(post-processing, no privacy cost)", o.sat_rho));
 
   // ---- checkpoints
   TrainingState state;
@@ -470,6 +475,8 @@ int run(Options o, const json* resumed) {
   state.accountant = accountant.get();
   if (average)
     for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average->averages()[i];
+  for (std::size_t i = 0; i < opt.sat_direction().size(); ++i)
+    state.arrays["sat." + params[i].name()] = &opt.sat_direction()[i];
   long step = 0;
   double loss_sum = 0, seconds_before = 0;
   std::size_t seen = 0;
@@ -622,6 +629,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)")
       ->capture_default_str();
+  app.add_option("--sat-rho", o.sat_rho,
+                 "DP-SAT: take the gradients at a step of this length towards the previous noised gradient (0: off)")
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
   app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->capture_default_str();
   app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)");
@@ -678,7 +688,7 @@ int main(int argc, char** argv) {
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
         // options added since older checkpoints were written keep their defaults, which such runs used
-        static const std::set<std::string> added_later{"adambc-floor", "lr-final"};
+        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho"};
         if (!stored.contains(flag) && added_later.count(flag)) return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])

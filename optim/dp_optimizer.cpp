@@ -2,7 +2,10 @@
 #include "optim/dp_optimizer.hpp"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
+
+#include <xtensor/xmath.hpp>
 
 #include "engine/random.hpp"
 #include "privacy/accountant.hpp"
@@ -16,6 +19,10 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
       accountant_(accountant) {
   if (!(c.expected_batch > 0 && std::isfinite(c.expected_batch)))
     throw std::invalid_argument("expected batch size must be > 0, got " + std::to_string(c.expected_batch));
+  if (!(c.sat_rho >= 0 && std::isfinite(c.sat_rho)))
+    throw std::invalid_argument("DP-SAT's rho must be >= 0, got " + std::to_string(c.sat_rho));
+  if (c.sat_rho > 0)
+    for (const auto& p : model.parameters()) sat_direction_.push_back(xt::zeros<T>(p.value().shape()));
   if (!strategy.is_private()) return;
   if (!(c.clip_norm > 0 && std::isfinite(c.clip_norm)))
     throw std::invalid_argument("clip norm must be > 0, got " + std::to_string(c.clip_norm));
@@ -48,7 +55,32 @@ template <class T>
 StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   StepStats st;
   st.batch = batch.examples();
+  // DP-SAT: the gradients at theta + rho g / ||g||, then theta back exactly as it
+  // was, also when the strategy throws (a NaN loss, say)
+  auto ps = model_.parameters();
+  std::vector<ArrayT<T>> theta;
+  struct Restore {
+    std::vector<TensorT<T>>& ps;
+    std::vector<ArrayT<T>>& theta;
+    ~Restore() {
+      for (std::size_t i = 0; i < theta.size(); ++i) ps[i].mutable_value() = std::move(theta[i]);
+    }
+  };
+  std::optional<Restore> restore;
+  if (config_.sat_rho > 0) {
+    double norm2 = 0;
+    for (const auto& g : sat_direction_) norm2 += double(xt::sum(g * g)());
+    if (norm2 > 0 && std::isfinite(norm2)) {
+      const T scale = T(config_.sat_rho / std::sqrt(norm2));
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        theta.push_back(ps[i].value());
+        ps[i].mutable_value() += scale * sat_direction_[i];
+      }
+      restore.emplace(ps, theta);  // in place: a temporary would restore at once
+    }
+  }
   ClipResult<T> r = strategy_.clipped_sum(model_, batch, config_.clip_norm, aux_rng_);
+  restore.reset();
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;
   double denom;
@@ -69,6 +101,8 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     denom = std::max<double>(1.0, double(st.batch));
   }
   for (auto& g : r.sum) g /= T(denom);
+  if (config_.sat_rho > 0)
+    for (std::size_t i = 0; i < r.sum.size(); ++i) sat_direction_[i] = r.sum[i];
   base_.step(r.sum);
   if (accountant_ && is_private())
     accountant_->step(config_.sampling_rate, accounted_noise_multiplier(), 1, strategy_.jl_dim());

@@ -2,10 +2,14 @@
 // Gaussian noise N(0, sigma^2 C^2) once, divided by the expected batch size,
 // then the base optimizer's update; the step is reported to an accountant
 // (MATH.md section 1; Bu et al. 2021 Algorithm 1 and Appendix A for JL).
+// Optionally sharpness-aware (DP-SAT, Park et al. ICML 2023): the per-sample
+// gradients are taken at theta + rho g / ||g||, g the previous step's noised
+// gradient, which is already public: no privacy cost.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "optim/clipping.hpp"
 #include "optim/optimizer.hpp"
@@ -23,6 +27,7 @@ struct DPConfig {
   double sampling_rate = 0.0;     // q in (0, 1], for the accountant
   double expected_batch = 0.0;    // L = q N > 0
   bool allow_no_noise = false;    // sigma = 0 was asked for explicitly: not private
+  double sat_rho = 0.0;           // DP-SAT's step towards the previous noised gradient (0: off)
 };
 
 struct StepStats {
@@ -47,6 +52,10 @@ class DPOptimizerT {
   double noise_variance() const;
   bool is_private() const;
   const DPConfig& config() const { return config_; }
+  /// DP-SAT's direction, per parameter: the last step's noised gradient as the
+  /// base optimizer got it (zeros before the first step, empty when sat_rho is
+  /// 0). A checkpoint saves and restores it.
+  std::vector<ArrayT<T>>& sat_direction() { return sat_direction_; }
 
  private:
   ModelT<T>& model_;
@@ -56,6 +65,7 @@ class DPOptimizerT {
   Rng& noise_rng_;
   Rng& aux_rng_;
   privacy::Accountant* accountant_;
+  std::vector<ArrayT<T>> sat_direction_;
 };
 
 using DPOptimizer = DPOptimizerT<float>;

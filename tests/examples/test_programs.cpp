@@ -177,6 +177,8 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --optimizer dp-adambc --noise-multiplier 1 --adambc-floor 0",
       " --dataset synthetic --lr 0.1 --lr-final 0.01",
       " --dataset synthetic --lr 0.1 --lr-schedule cosine --lr-final 0.2",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sat-rho -0.1",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sat-rho inf",
   };
   for (const char* args : cases) {
     CAPTURE(args);

@@ -107,18 +107,23 @@ std::map<std::string, std::string> final_params(const fs::path& dir) {
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("dpgrad-train: a run killed with SIGKILL and resumed ends as an uninterrupted run does") {
+/// Runs the small run whole, and killed after 8 steps then resumed from the
+/// directory alone; both must end the same, bit for bit. `more`: further flags.
+void check_kill_and_resume(const std::vector<std::string>& more) {
+  auto args = [&](const fs::path& dir) {
+    auto a = run_args(dir, 4);
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
   TempDir tmp("dpgrad-resume");
   const fs::path full = tmp.path / "full", cut = tmp.path / "cut";
-  auto [rc_full, end_full] = run_to_end(run_args(full, 4), tmp / "full.out");
+  auto [rc_full, end_full] = run_to_end(args(full), tmp / "full.out");
   REQUIRE(rc_full == 0);
   REQUIRE(end_full["final"] == true);
   REQUIRE(end_full["steps"] == 32);
   REQUIRE(end_full["epsilon"].is_number());
 
-  kill_midway(run_args(cut, 4), cut, 8, 0, tmp / "cut.out");
+  kill_midway(args(cut), cut, 8, 0, tmp / "cut.out");
   const long at_kill = latest_step(cut);
   CHECK(at_kill >= 8);
   CHECK(at_kill < 32);
@@ -139,6 +144,15 @@ TEST_CASE("dpgrad-train: a run killed with SIGKILL and resumed ends as an uninte
   // The checkpoints hold .npy files numpy can read: magic string and a float32 header.
   CHECK(a.begin()->second.compare(0, 6, "\x93NUMPY") == 0);
   CHECK(a.begin()->second.find("'descr': '<f4'") != std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("dpgrad-train: a run killed with SIGKILL and resumed ends as an uninterrupted run does") {
+  check_kill_and_resume({});
+}
+
+TEST_CASE("dpgrad-train: the same with DP-SAT, whose direction (the last noised gradient) the checkpoint keeps") {
+  check_kill_and_resume({"--sat-rho", "0.05"});
 }
 
 TEST_CASE("dpgrad-train: killed at arbitrary moments while checkpointing every step, it always resumes") {

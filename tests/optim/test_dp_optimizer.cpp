@@ -1,5 +1,6 @@
 // DP optimizer and samplers: noise of the right size, explicit-only zero noise,
-// the accountant ledger it writes, sampling frequencies, and bad hyperparameters.
+// the accountant ledger it writes, DP-SAT's perturbed gradients, sampling
+// frequencies, and bad hyperparameters.
 #include <cmath>
 #include <set>
 
@@ -88,6 +89,65 @@ TEST_CASE("dp optimizer: each step is reported to the accountant with the accoun
     CHECK(acc->ledger()[0].noise_multiplier == doctest::Approx(c.sigma));
     CHECK(acc->ledger()[0].jl_dim == c.jl);
   }
+}
+
+TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g the last noised gradient") {
+  FastRng init(11), noise(12), aux(13), data(14);
+  auto model = tiny_model(init);
+  BatchT<double> b;
+  b.inputs = test::randn<double>({6, 50}, data);
+  b.labels = {0, 1, 2, 3, 4, 5};
+  b.ids = {0, 1, 2, 3, 4, 5};
+  const double lr = 0.1, rho = 0.3, clip = 0.5;
+  auto params = model->parameters();
+  std::vector<A> theta0;
+  for (const auto& p : params) theta0.push_back(p.value());
+  auto set_params = [&](const std::vector<A>& v) {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_value() = v[i];
+  };
+  auto strategy = make_clip_strategy<double>("ghost");
+  // the reference, step by step: g1 at theta0 (plus noise), then g2 at theta1 + rho g1 / ||g1||
+  FastRng noise_ref(12), aux_ref(13);
+  auto noised = [&](const std::vector<A>& at) {
+    set_params(at);
+    ClipResult<double> r = strategy->clipped_sum(*model, b, clip, aux_ref);
+    std::vector<A> g;
+    for (auto& s : r.sum) {
+      A n = A::from_shape(s.shape());
+      noise_ref.fill_normal(n.data(), n.size(), 1.2 * clip);
+      g.push_back((s + n) / 6.0);
+    }
+    return g;
+  };
+  std::vector<A> g1 = noised(theta0), theta1, perturbed;
+  double norm2 = 0;
+  for (const auto& g : g1) norm2 += xt::sum(g * g)();
+  for (std::size_t i = 0; i < g1.size(); ++i) {
+    theta1.push_back(theta0[i] - lr * g1[i]);
+    perturbed.push_back(theta1[i] + rho / std::sqrt(norm2) * g1[i]);
+  }
+  std::vector<A> g2 = noised(perturbed), theta2;
+  for (std::size_t i = 0; i < g2.size(); ++i) theta2.push_back(theta1[i] - lr * g2[i]);
+
+  set_params(theta0);
+  SgdT<double> sgd(params, lr);
+  DPOptimizerT<double> dp(*model, sgd, *strategy, {clip, 1.2, 0.01, 6, false, rho}, noise, aux, nullptr);
+  REQUIRE(dp.sat_direction().size() == params.size());
+  CHECK(xt::amax(xt::abs(dp.sat_direction()[0]))() == 0.0);  // no direction before the first step
+  dp.step(b);  // the first step is plain DP-SGD
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    DPGRAD_CHECK_CLOSE(params[i].value(), theta1[i], 1e-12);
+    DPGRAD_CHECK_CLOSE(dp.sat_direction()[i], g1[i], 1e-12);
+  }
+  dp.step(b);
+  for (std::size_t i = 0; i < params.size(); ++i) DPGRAD_CHECK_CLOSE(params[i].value(), theta2[i], 1e-12);
+
+  // rho 0 keeps no direction and changes nothing; a negative or infinite rho is refused
+  DPOptimizerT<double> plain(*model, sgd, *strategy, {clip, 1.2, 0.01, 6}, noise, aux, nullptr);
+  CHECK(plain.sat_direction().empty());
+  auto make = [&](double r) { return DPOptimizerT<double>(*model, sgd, *strategy, {clip, 1.2, 0.01, 6, false, r}, noise, aux, nullptr); };
+  CHECK_THROWS_WITH_AS(make(-0.1), doctest::Contains("rho"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make(INFINITY), doctest::Contains("rho"), std::invalid_argument);
 }
 
 TEST_CASE("samplers: Poisson frequencies match q") {
