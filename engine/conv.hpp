@@ -2,7 +2,8 @@
 // A convolution is im2col followed by the parametric op `linear`, so linear's
 // per-sample rules (a use with the patches as activations, T = Ho*Wo) cover
 // convolutions without a rule of their own; or, for kernels small against
-// their positions, one direct op that never stores the patches. Geometry helpers compute padding.
+// their positions, one direct op that never stores the patches (its own
+// per-sample rule). Geometry helpers compute padding.
 #pragma once
 
 #include <cstddef>
