@@ -358,7 +358,7 @@ bool per_sample_gradients_are_small(const ParamUses<T>& g, std::size_t batch) {
   std::size_t d = 0, p = 0;
   std::size_t steps = 0;
   for (const auto& v : views(g, batch, d, p)) steps += v.steps;
-  return 8 * d * p <= steps * (d + p);
+  return gradient_is_small(d, p, steps);
 }
 
 template <class T>

@@ -64,6 +64,10 @@ ArrayT<T> weighted_gradient_sum(const ParamUses<T>& group, const ArrayT<T>& c);
 template <class T>
 bool per_sample_gradients_are_small(const ParamUses<T>& group, std::size_t batch);
 
+/// That rule for a (d, p) gradient whose uses hold `steps` rows of activations
+/// (d values) and cotangents (p values) per sample: 8 d p <= steps (d + p).
+inline bool gradient_is_small(std::size_t d, std::size_t p, std::size_t steps) { return 8 * d * p <= steps * (d + p); }
+
 /// The method `automatic` picks for this parameter (for benchmarks and tests).
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& group);

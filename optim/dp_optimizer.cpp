@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include <xtensor/xmath.hpp>
 
@@ -101,9 +102,10 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     denom = std::max<double>(1.0, double(st.batch));
   }
   for (auto& g : r.sum) g /= T(denom);
-  if (config_.sat_rho > 0)
-    for (std::size_t i = 0; i < r.sum.size(); ++i) sat_direction_[i] = r.sum[i];
   base_.step(r.sum);
+  // the next step's direction, moved array by array: checkpoints hold pointers to these arrays
+  if (config_.sat_rho > 0)
+    for (std::size_t i = 0; i < r.sum.size(); ++i) sat_direction_[i] = std::move(r.sum[i]);
   if (accountant_ && is_private())
     accountant_->step(config_.sampling_rate, accounted_noise_multiplier(), 1, strategy_.jl_dim());
   return st;

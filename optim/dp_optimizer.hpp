@@ -54,7 +54,7 @@ class DPOptimizerT {
   const DPConfig& config() const { return config_; }
   /// DP-SAT's direction, per parameter: the last step's noised gradient as the
   /// base optimizer got it (zeros before the first step, empty when sat_rho is
-  /// 0). A checkpoint saves and restores it.
+  /// 0). A checkpoint saves and restores it; its arrays keep their addresses.
   std::vector<ArrayT<T>>& sat_direction() { return sat_direction_; }
 
  private:

@@ -129,6 +129,16 @@ void fill_rows(const T* b, std::size_t m, std::size_t p, T* out) {
   });
 }
 
+/// r (k, m, p) += b_dot_j (k, p) on every row of tangent j: a bias's jvp.
+template <class T>
+void add_bias_tangents(const T* b_dot, std::size_t k, std::size_t m, std::size_t p, T* r) {
+  for (std::size_t j = 0; j < k; ++j) {
+    const T* bp = b_dot + j * p;
+    for (std::size_t i = 0; i < m; ++i, r += p)
+      for (std::size_t l = 0; l < p; ++l) r[l] += bp[l];
+  }
+}
+
 /// g (p) += the column sums of r (m, p), in parallel pieces of rows.
 template <class T>
 void add_column_sums(const T* r, std::size_t m, std::size_t p, T* g) {

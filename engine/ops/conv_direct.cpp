@@ -14,7 +14,9 @@
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
 #include "engine/ops/conv_geom.hpp"
+#include "engine/ops/param_uses.hpp"
 #include "engine/parallel.hpp"
+#include "engine/per_sample.hpp"
 #include "engine/tape.hpp"
 
 namespace dpgrad {
@@ -187,10 +189,8 @@ struct DirectConvOp final : Op<T> {
   Pad2d pad;
   bool has_bias = false;
   ConvGeom g;
-  std::size_t d = 0, p = 0;
-  ParamUse<T>* w_use = nullptr;
-  ParamUse<T>* b_use = nullptr;
-  bool param_grads = true;
+  std::size_t p = 0;  // output channels
+  detail::WeightBiasUses<T> uses;
   const char* name() const override { return "conv2d_direct"; }
 
   ArrayT<T> forward(Values<T> x) override {
@@ -199,7 +199,6 @@ struct DirectConvOp final : Op<T> {
     if (w.dimension() != 2 || w.shape()[0] != g.patch())
       throw std::invalid_argument("conv2d: weight " + shape_str(shape_of(w)) + " must be (kh*kw*C, Cout) with kh*kw*C = " +
                                   std::to_string(g.patch()) + " for x " + shape_str(shape_of(*x[0])));
-    d = w.shape()[0];
     p = w.shape()[1];
     if (has_bias && (x[2]->dimension() != 1 || x[2]->shape()[0] != p))
       throw std::invalid_argument("conv2d: bias " + shape_str(shape_of(*x[2])) + " must be (" + std::to_string(p) + ")");
@@ -215,38 +214,34 @@ struct DirectConvOp final : Op<T> {
       if (fresh) gx.fill(T(0));
       conv_input_grad(dout.data(), g.b, g, x[1]->data(), p, gx.data());
     }
-    if (dx[1] && (param_grads || !w_use)) {  // dW = sum over images of patches^T dout
+    if (dx[1] && uses.wants_weight_grad()) {  // dW = sum over images of patches^T dout
       ArrayT<T>& gw = dx[1].buffer(fresh);
       if (fresh) gw.fill(T(0));
       const T* xp = x[0]->data();
       const std::size_t per_image = g.positions() * p;
-      parallel::sum_pieces(g.b, detail::image_grain(g), d * p, gw.data(), [&](std::size_t n0, std::size_t n1, T* acc) {
+      parallel::sum_pieces(g.b, detail::image_grain(g), g.patch() * p, gw.data(), [&](std::size_t n0, std::size_t n1, T* acc) {
         conv_weight_grad(xp + n0 * g.image(), n1 - n0, g, dout.data() + n0 * per_image, p, acc);
       });
     }
-    if (has_bias && dx[2] && (param_grads || !b_use)) {  // db = column sums of dout
+    if (has_bias && dx[2] && uses.wants_bias_grad()) {  // db = column sums of dout
       ArrayT<T>& gb = dx[2].buffer(fresh);
       if (fresh) gb.fill(T(0));
       detail::add_column_sums(dout.data(), g.b * g.positions(), p, gb.data());
     }
   }
 
-  bool keeps_output_grad() const override { return w_use || b_use; }
-  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {
-    if (w_use) w_use->delta = dout;
-    if (b_use) b_use->delta = dout;
-  }
+  bool keeps_output_grad() const override { return uses.keeps_output_grad(); }
+  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override { uses.keep_output_grad(dout); }
 
   /// out_dot_j = conv(x, W_dot_j) + b_dot_j + conv(x_dot_j, W)
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
     const std::size_t n_out = out.size();
-    bool written = false, bias_done = false;
+    bool written = false;
     if (dot[1]) {  // all k weight tangents over one pass of patches, with the bias tangents as start
       const T* bd = has_bias && dot[2] ? dot[2]->data() : nullptr;
       conv_forward(x[0]->data(), g.b, g, dot[1]->data(), bd, k, p, false, n_out, r.data());
       written = true;
-      bias_done = true;
     }
     if (dot[0]) {  // the k x tangents are k * B more images
       conv_forward(dot[0]->data(), k * g.b, g, x[1]->data(), static_cast<const T*>(nullptr), 1, p, written, 0,
@@ -254,37 +249,26 @@ struct DirectConvOp final : Op<T> {
       written = true;
     }
     if (!written) r.fill(T(0));
-    if (has_bias && dot[2] && !bias_done) {
-      T* o = r.data();
-      for (std::size_t j = 0; j < k; ++j) {
-        const T* bp = dot[2]->data() + j * p;
-        for (std::size_t i = 0; i < n_out / std::max<std::size_t>(1, p); ++i, o += p)
-          for (std::size_t l = 0; l < p; ++l) o[l] += bp[l];
-      }
-    }
+    if (has_bias && dot[2] && !dot[1])  // else added with the weight tangents
+      detail::add_bias_tangents(dot[2]->data(), k, g.b * g.positions(), p, r.data());
     return r;
   }
 
   void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
-    if (!tape.records_uses()) return;
-    param_grads = tape.param_grads();
-    if (in[1]->is_parameter) {
-      w_use = tape.add_use(in[1], UseKind::conv);
-      w_use->input = in[0];
-      w_use->sample_gradient = [x = in[0], use = w_use, geom = g, p = p](std::size_t i, std::size_t batch, T* gw) {
+    uses.record(tape, in, UseKind::conv, has_bias);
+    if (uses.w)  // G_i from the example's images, which the use keeps alive as its input
+      uses.w->sample_gradient = [x = in[0], use = uses.w, geom = g, p = p](std::size_t i, std::size_t batch, T* gw) {
         const std::size_t views = geom.b / batch, n0 = i * views;
         conv_weight_grad(x->value.data() + n0 * geom.image(), views, geom,
                          use->delta->data() + n0 * geom.positions() * p, p, gw);
       };
-    }
-    if (has_bias && in[2]->is_parameter) b_use = tape.add_use(in[2], UseKind::bias);
   }
 };
 
 }  // namespace
 
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions) {
-  return 8 * patch * cout <= positions * (patch + cout) && patch * cout <= (std::size_t(1) << 14);
+  return gradient_is_small(patch, cout, positions) && patch * cout <= (std::size_t(1) << 14);
 }
 
 template <class T>

@@ -6,6 +6,7 @@
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/ops/param_uses.hpp"
 #include "engine/parallel.hpp"
 #include "engine/tape.hpp"
 
@@ -19,9 +20,7 @@ template <class T>
 struct LinearOp final : Op<T> {
   bool has_bias = false;
   std::size_t m = 0, d = 0, p = 0;  // x as (m, d), W (d, p)
-  ParamUse<T>* w_use = nullptr;
-  ParamUse<T>* b_use = nullptr;
-  bool param_grads = true;
+  detail::WeightBiasUses<T> uses;
   const char* name() const override { return "linear"; }
 
   ArrayT<T> forward(Values<T> x) override {
@@ -49,22 +48,19 @@ struct LinearOp final : Op<T> {
       ArrayT<T>& g = dx[0].buffer(fresh);
       blas::gemm<T>(false, true, m, d, p, T(1), dout.data(), x[1]->data(), fresh ? T(0) : T(1), g.data());
     }
-    if (dx[1] && (param_grads || !w_use)) {  // dW = x^T dout
+    if (dx[1] && uses.wants_weight_grad()) {  // dW = x^T dout
       ArrayT<T>& g = dx[1].buffer(fresh);
       blas::gemm<T>(true, false, d, p, m, T(1), x[0]->data(), dout.data(), fresh ? T(0) : T(1), g.data());
     }
-    if (has_bias && dx[2] && (param_grads || !b_use)) {  // db = column sums of dout (m, p)
+    if (has_bias && dx[2] && uses.wants_bias_grad()) {  // db = column sums of dout (m, p)
       ArrayT<T>& g = dx[2].buffer(fresh);
       if (fresh) std::fill(g.begin(), g.end(), T(0));
       add_column_sums(dout.data(), m, p, g.data());
     }
   }
 
-  bool keeps_output_grad() const override { return w_use || b_use; }
-  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {  // shared by W and b
-    if (w_use) w_use->delta = dout;
-    if (b_use) b_use->delta = dout;
-  }
+  bool keeps_output_grad() const override { return uses.keeps_output_grad(); }
+  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override { uses.keep_output_grad(dout); }
 
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
@@ -87,25 +83,12 @@ struct LinearOp final : Op<T> {
       beta = T(1);
     }
     if (beta == T(0)) r.fill(T(0));
-    if (has_bias && dot[2]) {  // + b_dot_j on every row of tangent j
-      T* o = r.data();
-      for (std::size_t j = 0; j < k; ++j) {
-        const T* bp = dot[2]->data() + j * p;
-        for (std::size_t i = 0; i < m; ++i, o += p)
-          for (std::size_t l = 0; l < p; ++l) o[l] += bp[l];
-      }
-    }
+    if (has_bias && dot[2]) detail::add_bias_tangents(dot[2]->data(), k, m, p, r.data());
     return r;
   }
 
   void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
-    if (!tape.records_uses()) return;
-    param_grads = tape.param_grads();
-    if (in[1]->is_parameter) {
-      w_use = tape.add_use(in[1], UseKind::matmul);
-      w_use->input = in[0];
-    }
-    if (has_bias && in[2]->is_parameter) b_use = tape.add_use(in[2], UseKind::bias);
+    uses.record(tape, in, UseKind::matmul, has_bias);
   }
 };
 
