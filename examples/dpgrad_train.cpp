@@ -49,6 +49,7 @@ struct Options {
   std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
   double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0;
   double lr_final = 0.0;  // cosine: the learning rate it ends at
+  std::string lr_scale;   // LAYER=FACTOR,...: per-layer learning-rate factors
   double adambc_floor = 1e-8;  // gamma' of dp-adambc
   double epochs = 2;
   std::size_t batch = 256;
@@ -87,6 +88,7 @@ void for_each_run_option(O& o, F&& f) {
   f("lr", o.lr);
   f("lr-schedule", o.schedule);
   f("lr-final", o.lr_final);
+  f("lr-scale", o.lr_scale);
   f("momentum", o.momentum);
   f("weight-decay", o.weight_decay);
   f("adambc-floor", o.adambc_floor);
@@ -255,6 +257,30 @@ BatchT<float> keep_classes(const BatchT<float>& b, const std::vector<int>& class
   BatchT<float> r = b.select(rows);
   for (auto& y : r.labels) y = std::int32_t(std::find(classes.begin(), classes.end(), y) - classes.begin());
   return r;
+}
+
+/// Applies --lr-scale's LAYER=FACTOR,... to the optimizer; returns the pairs as given.
+std::vector<std::string> apply_lr_scale(OptimizerT<float>& opt, const std::string& spec) {
+  std::vector<std::string> applied, names;
+  std::size_t pos = 0;
+  while (pos < spec.size()) {
+    std::size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    const std::size_t eq = item.find('=');
+    require(eq != std::string::npos && eq > 0 && eq + 1 < item.size(),
+            "--lr-scale: '" + item + "' is not LAYER=FACTOR");
+    const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    require(std::find(names.begin(), names.end(), name) == names.end(), "--lr-scale: '" + name + "' is given twice");
+    char* rest = nullptr;
+    const double factor = std::strtod(value.c_str(), &rest);
+    require(rest && *rest == '\0' && std::isfinite(factor) && factor >= 0,
+            "--lr-scale: the factor of '" + name + "' must be a number >= 0, got '" + value + "'");
+    opt.set_lr_scale(name, factor);
+    names.push_back(name);
+    applied.push_back(item);
+    pos = end + 1;
+  }
+  return applied;
 }
 
 BatchT<float> limit(const BatchT<float>& b, std::size_t n) {
@@ -430,6 +456,7 @@ int run(Options o, const json* resumed) {
   } else {
     base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
   }
+  const auto lr_scales = apply_lr_scale(*base, o.lr_scale);
   DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise, o.sat_rho};
   DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *noise_rng, *aux_rng, accountant.get());
   if (base_name == "adambc") adam->correct_noise(opt.noise_variance(), o.adambc_floor);
@@ -459,6 +486,8 @@ int run(Options o, const json* resumed) {
   if (base_name == "adambc")
     say(fmt::format("  Adam's second moment less the noise's variance {:.4g} per coordinate (DP-AdamBC, floor {:g}; "
                     "post-processing, no privacy cost)", opt.noise_variance(), o.adambc_floor));
+  if (!lr_scales.empty())
+    say(fmt::format("  learning rate per layer: {} (lr times these factors; no privacy cost)", fmt::join(lr_scales, ", ")));
   if (average)
     say(fmt::format("  evaluating the exponential moving average of the parameters (decay {}; post-processing, "
                     "no privacy cost)", o.ema));
@@ -622,6 +651,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
   app.add_option("--lr-final", o.lr_final, "cosine: the learning rate at the last step (default 0)")
       ->capture_default_str();
+  app.add_option("--lr-scale", o.lr_scale,
+                 "LAYER=FACTOR,...: that layer's parameters (or one parameter, e.g. conv1.bias) move with lr * FACTOR")
+      ->capture_default_str();
   app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
   app.add_option("--adambc-floor", o.adambc_floor,
@@ -688,7 +720,7 @@ int main(int argc, char** argv) {
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
         // options added since older checkpoints were written keep their defaults, which such runs used
-        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho"};
+        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale"};
         if (!stored.contains(flag) && added_later.count(flag)) return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])

@@ -15,14 +15,42 @@ void require(bool ok, const std::string& what) {
 }  // namespace
 
 template <class T>
-OptimizerT<T>::OptimizerT(std::vector<TensorT<T>> params, double lr) : params_(std::move(params)), lr_(lr) {
+OptimizerT<T>::OptimizerT(std::vector<TensorT<T>> params, double lr)
+    : params_(std::move(params)), lr_(lr), lr_scale_(params_.size(), 1.0) {
   set_lr(lr);
+}
+
+template <class T>
+void OptimizerT<T>::set_lr_scale(std::size_t i, double factor) {
+  require(i < params_.size(), "learning-rate scale for parameter " + std::to_string(i) + " of " +
+                                  std::to_string(params_.size()));
+  require(std::isfinite(factor) && factor >= 0, "learning-rate scale of '" + params_[i].name() +
+                                                    "' must be a finite number >= 0, got " + std::to_string(factor));
+  lr_scale_[i] = factor;
 }
 
 template <class T>
 void OptimizerT<T>::set_lr(double lr) {
   require(std::isfinite(lr) && lr >= 0, "learning rate must be a finite number >= 0, got " + std::to_string(lr));
   lr_ = lr;
+}
+
+template <class T>
+std::size_t OptimizerT<T>::set_lr_scale(const std::string& name, double factor) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const std::string& p = params_[i].name();
+    if (p == name || (p.size() > name.size() && p.compare(0, name.size(), name) == 0 && p[name.size()] == '.')) {
+      set_lr_scale(i, factor);
+      ++n;
+    }
+  }
+  if (n == 0) {
+    std::string known;
+    for (const auto& p : params_) known += (known.empty() ? "" : ", ") + p.name();
+    throw std::invalid_argument("learning-rate scale: no parameter or layer '" + name + "' (parameters: " + known + ")");
+  }
+  return n;
 }
 
 template <class T>
@@ -67,7 +95,7 @@ void SgdT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) {
   T* w = p.mutable_value().data();
   const T* gr = g.data();
   const std::size_t n = g.size();
-  const T lr = T(this->lr_), wd = T(weight_decay_), mu = T(momentum_);
+  const T lr = T(this->lr_of(i)), wd = T(weight_decay_), mu = T(momentum_);
   if (momentum_ > 0) {
     T* v = velocity_[i].data();
     for (std::size_t k = 0; k < n; ++k) {
@@ -118,7 +146,7 @@ void AdamT<T>::update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) {
   const std::size_t n = g.size();
   const T b1 = T(beta1_), b2 = T(beta2_), wd = T(weight_decay_), eps = T(eps_);
   // bias corrections folded into the step: lr m_hat / (sqrt(v_hat) + eps)
-  const T step = T(this->lr_ / (1 - std::pow(beta1_, double(this->t_))));
+  const T step = T(this->lr_of(i) / (1 - std::pow(beta1_, double(this->t_))));
   const T unbias = T(1.0 / std::sqrt(1 - std::pow(beta2_, double(this->t_))));
   if (noise_variance_ > 0) {  // DP-AdamBC: v_hat less the noise's variance, floored
     const T phi = T(noise_variance_), floor = T(floor_), unbias2 = unbias * unbias;

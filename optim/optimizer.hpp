@@ -26,6 +26,13 @@ class OptimizerT {
 
   double lr() const { return lr_; }
   void set_lr(double lr);
+  /// Parameter i moves with lr * factor (1 unless set): a learning rate per
+  /// layer. Like lr, it only changes what is done with the gradients.
+  void set_lr_scale(std::size_t i, double factor);
+  double lr_scale(std::size_t i) const { return lr_scale_.at(i); }
+  /// The same for the parameter called `name` or, for a layer's name, every
+  /// parameter "name.*"; returns how many there are and throws if none.
+  std::size_t set_lr_scale(const std::string& name, double factor);
   long steps() const { return t_; }
   const std::vector<TensorT<T>>& params() const { return params_; }
 
@@ -35,8 +42,11 @@ class OptimizerT {
 
  protected:
   virtual void update(std::size_t i, TensorT<T>& p, const ArrayT<T>& g) = 0;
+  /// The learning rate of parameter i: lr times its scale.
+  double lr_of(std::size_t i) const { return lr_ * lr_scale_[i]; }
   std::vector<TensorT<T>> params_;
   double lr_;
+  std::vector<double> lr_scale_;
   long t_ = 0;
 };
 

@@ -179,6 +179,11 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --lr 0.1 --lr-schedule cosine --lr-final 0.2",
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sat-rho -0.1",
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sat-rho inf",
+      " --dataset synthetic --lr-scale conv9=2",
+      " --dataset synthetic --lr-scale dense1",
+      " --dataset synthetic --lr-scale dense1=-1",
+      " --dataset synthetic --lr-scale dense1=2x",
+      " --dataset synthetic --lr-scale dense1=2,dense1=3",
   };
   for (const char* args : cases) {
     CAPTURE(args);
@@ -194,6 +199,13 @@ TEST_CASE("dpgrad-train: dp-adambc says what it subtracts from Adam's second mom
   REQUIRE(r.status == 0);
   CHECK(r.out.find("DP-AdamBC") != std::string::npos);
   CHECK(r.out.find("final: test accuracy") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: --lr-scale sets per-layer learning rates and says so") {
+  Run r = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-momentum --lr 0.1 --batch-size 64 "
+                      "--epochs 1 --noise-multiplier 1 --lr-scale dense1=4,dense2.bias=0");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("learning rate per layer: dense1=4, dense2.bias=0") != std::string::npos);
 }
 
 TEST_CASE("dpgrad-train: --plot writes a PNG of accuracy and epsilon; an unwritable path is an error") {

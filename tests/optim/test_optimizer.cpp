@@ -134,3 +134,42 @@ TEST_CASE("optim: cosine_lr runs from start to end through the midpoint, never r
   CHECK_THROWS_AS(cosine_lr(0.8, 0.1, 101, 100), std::invalid_argument);
   CHECK_THROWS_AS(cosine_lr(0.8, 0.1, 0, 0), std::invalid_argument);
 }
+
+TEST_CASE("optim: a learning-rate scale multiplies one layer's steps, in SGD, momentum and Adam") {
+  auto params = [] {
+    return std::vector<D>{make_parameter<double>("conv1.weight", A{1.0}), make_parameter<double>("conv1.bias", A{1.0}),
+                          make_parameter<double>("conv10.weight", A{1.0}), make_parameter<double>("dense.weight", A{1.0})};
+  };
+  const std::vector<A> g(4, A{1.0});
+  SUBCASE("sgd and momentum") {
+    auto ps = params();
+    SgdT<double> sgd(ps, 0.1, 0.5);
+    CHECK(sgd.set_lr_scale("conv1", 4.0) == 2);  // conv1.* only: not conv10
+    CHECK(sgd.set_lr_scale("dense.weight", 0.0) == 1);
+    CHECK(sgd.lr_scale(2) == 1.0);
+    sgd.step(g);  // v = 1
+    sgd.step(g);  // v = 1.5
+    CHECK(ps[0].value()(0) == doctest::Approx(1.0 - 0.4 * 2.5).epsilon(1e-14));
+    CHECK(ps[1].value()(0) == doctest::Approx(1.0 - 0.4 * 2.5).epsilon(1e-14));
+    CHECK(ps[2].value()(0) == doctest::Approx(1.0 - 0.1 * 2.5).epsilon(1e-14));
+    CHECK(ps[3].value()(0) == 1.0);
+  }
+  SUBCASE("adam: the first step is lr * scale * sign(g)") {
+    auto ps = params();
+    AdamT<double> adam(ps, 0.01);
+    adam.set_lr_scale(1, 3.0);
+    adam.step(g);
+    CHECK(ps[0].value()(0) == doctest::Approx(1.0 - 0.01).epsilon(1e-7));
+    CHECK(ps[1].value()(0) == doctest::Approx(1.0 - 0.03).epsilon(1e-7));
+  }
+  SUBCASE("unknown names and bad factors are refused") {
+    auto ps = params();
+    SgdT<double> sgd(ps, 0.1);
+    CHECK_THROWS_WITH_AS(sgd.set_lr_scale("conv", 2.0), doctest::Contains("no parameter or layer 'conv'"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(sgd.set_lr_scale("conv1", -1.0), doctest::Contains(">= 0"), std::invalid_argument);
+    CHECK_THROWS_AS(sgd.set_lr_scale("conv1", NAN), std::invalid_argument);
+    CHECK_THROWS_AS(sgd.set_lr_scale(4, 1.0), std::invalid_argument);
+    CHECK(sgd.lr_scale(0) == 1.0);  // a refused scale changes nothing
+  }
+}
