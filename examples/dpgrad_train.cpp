@@ -56,7 +56,7 @@ struct Options {
   double clip_norm = 1.0;
   std::optional<double> noise_multiplier, target_epsilon, delta;
   double epoch_fraction = 1.0;
-  bool secure_rng = false, json_out = false, demo = false, allow_no_noise = false;
+  bool secure_rng = false, json_out = false, demo = false, allow_no_noise = false, layer_snr = false;
   std::uint64_t seed = 42;
   long max_steps = 0;
   std::size_t train_limit = 0, test_limit = 0;
@@ -259,6 +259,22 @@ BatchT<float> keep_classes(const BatchT<float>& b, const std::vector<int>& class
   return r;
 }
 
+/// Per layer (a parameter's name up to its last '.'), the noised gradient's
+/// signal-to-noise ratio per coordinate over the epoch, in the layers' order.
+std::vector<std::pair<std::string, double>> layer_snr(const std::vector<GradientEnergy>& energy) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<double, double>> sums;  // noised, noise
+  for (const auto& e : energy) {
+    const std::string layer = e.name.substr(0, e.name.rfind('.'));
+    if (!sums.count(layer)) order.push_back(layer);
+    sums[layer].first += e.noised;
+    sums[layer].second += e.noise;
+  }
+  std::vector<std::pair<std::string, double>> r;
+  for (const auto& layer : order) r.emplace_back(layer, (sums[layer].first - sums[layer].second) / sums[layer].second);
+  return r;
+}
+
 /// Applies --lr-scale's LAYER=FACTOR,... to the optimizer; returns the pairs as given.
 std::vector<std::string> apply_lr_scale(OptimizerT<float>& opt, const std::string& spec) {
   std::vector<std::string> applied, names;
@@ -329,6 +345,8 @@ int run(Options o, const json* resumed) {
   if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
                                       "--epoch-fraction must be in (0, 1) for private shuffled training");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
+          "--layer-snr compares the gradient with its noise: it needs a private run with noise");
   require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
   require(o.sat_rho >= 0 && std::isfinite(o.sat_rho), fmt::format("--sat-rho must be >= 0 (0: off), got {}", o.sat_rho));
   require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
@@ -574,6 +592,13 @@ int run(Options o, const json* resumed) {
       row["accountant"] = o.accountant;
       row["neighbouring"] = privacy::to_string(accountant->neighbouring());
     }
+    std::vector<std::pair<std::string, double>> snr;
+    if (o.layer_snr) {
+      snr = layer_snr(opt.gradient_energy());
+      opt.reset_gradient_energy();
+      row["layer_snr"] = json::object();
+      for (const auto& [layer, r] : snr) row["layer_snr"][layer] = r;
+    }
     if (o.json_out) fmt::print("{}\n", row.dump());
     else
       fmt::print("epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%{}, {:.1f}s\n", epoch, epochs_total,
@@ -582,6 +607,11 @@ int run(Options o, const json* resumed) {
                                   privacy::to_string(accountant->neighbouring()))
                     : "",
                  secs);
+    if (o.layer_snr && !o.json_out) {
+      std::vector<std::string> parts;
+      for (const auto& [layer, r] : snr) parts.push_back(fmt::format("{} {:.3g}", layer, r));
+      fmt::print("  signal/noise per coordinate of the noised gradient: {}\n", fmt::join(parts, ", "));
+    }
     std::fflush(stdout);
     summary = row;
     history.push_back(row);
@@ -681,6 +711,9 @@ int main(int argc, char** argv) {
   app.add_option("--train-limit", o.train_limit, "use only the first N training examples");
   app.add_option("--test-limit", o.test_limit, "use only the first N test examples");
   app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024));
+  app.add_flag("--layer-snr", o.layer_snr,
+               "print each layer's signal-to-noise ratio per coordinate of the noised gradient every epoch (from the "
+               "released gradients: no privacy cost); a guide for --lr-scale");
   app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "write checkpoints here (at each epoch's end and every --checkpoint-every steps)");

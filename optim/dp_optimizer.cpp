@@ -1,6 +1,7 @@
 // DP optimizer step: clip (strategy) -> noise -> normalise -> base update -> account.
 #include "optim/dp_optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -102,6 +103,13 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     denom = std::max<double>(1.0, double(st.batch));
   }
   for (auto& g : r.sum) g /= T(denom);
+  energy_.resize(r.sum.size(), 0.0);
+  for (std::size_t i = 0; i < r.sum.size(); ++i) {
+    double e = 0;
+    for (const T v : r.sum[i]) e += double(v) * double(v);
+    energy_[i] += e;
+  }
+  ++energy_steps_;
   base_.step(r.sum);
   // the next step's direction, moved array by array: checkpoints hold pointers to these arrays
   if (config_.sat_rho > 0)
@@ -109,6 +117,28 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   if (accountant_ && is_private())
     accountant_->step(config_.sampling_rate, accounted_noise_multiplier(), 1, strategy_.jl_dim());
   return st;
+}
+
+template <class T>
+std::vector<GradientEnergy> DPOptimizerT<T>::gradient_energy() const {
+  std::vector<GradientEnergy> r;
+  const auto ps = model_.parameters();
+  const double v = noise_variance(), n = double(std::max(energy_steps_, 1L));
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    GradientEnergy e;
+    e.name = ps[i].name();
+    e.size = ps[i].value().size();
+    e.noised = i < energy_.size() ? energy_[i] / n : 0.0;
+    e.noise = v * double(e.size);
+    r.push_back(std::move(e));
+  }
+  return r;
+}
+
+template <class T>
+void DPOptimizerT<T>::reset_gradient_energy() {
+  std::fill(energy_.begin(), energy_.end(), 0.0);
+  energy_steps_ = 0;
 }
 
 template class DPOptimizerT<float>;

@@ -7,6 +7,7 @@
 // gradient, which is already public: no privacy cost.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,18 @@ struct StepStats {
   double noise_std = 0;       // std of the noise added to the sum
 };
 
+/// One parameter's gradient energy, averaged over the steps since the last reset.
+struct GradientEnergy {
+  std::string name;
+  std::size_t size = 0;  // coordinates
+  double noised = 0;     // mean of ||g||^2, g as the base optimizer got it (noise included)
+  double noise = 0;      // the noise's expected share of it: size (sigma C / normaliser)^2
+  /// Signal over noise per coordinate: (noised - noise) / noise, an unbiased
+  /// estimate of ||mean clipped gradient||^2 over the noise's energy (may come
+  /// out below 0 when the signal is small); NaN without noise.
+  double snr() const { return noise > 0 ? (noised - noise) / noise : std::nan(""); }
+};
+
 template <class T>
 class DPOptimizerT {
  public:
@@ -56,6 +69,12 @@ class DPOptimizerT {
   /// base optimizer got it (zeros before the first step, empty when sat_rho is
   /// 0). A checkpoint saves and restores it; its arrays keep their addresses.
   std::vector<ArrayT<T>>& sat_direction() { return sat_direction_; }
+  /// Per parameter, how much of the noised gradient is signal, averaged over
+  /// the steps since the last reset (or construction). Computed from the
+  /// released gradients only: no privacy cost. Guides per-layer learning
+  /// rates (OptimizerT::set_lr_scale): layers with a high ratio can move faster.
+  std::vector<GradientEnergy> gradient_energy() const;
+  void reset_gradient_energy();
 
  private:
   ModelT<T>& model_;
@@ -66,6 +85,8 @@ class DPOptimizerT {
   Rng& aux_rng_;
   privacy::Accountant* accountant_;
   std::vector<ArrayT<T>> sat_direction_;
+  std::vector<double> energy_;  // sum over steps of ||g||^2, per parameter
+  long energy_steps_ = 0;
 };
 
 using DPOptimizer = DPOptimizerT<float>;

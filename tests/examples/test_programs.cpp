@@ -180,6 +180,8 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sat-rho -0.1",
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --sat-rho inf",
       " --dataset synthetic --lr-scale conv9=2",
+      " --dataset synthetic --layer-snr",
+      " --dataset synthetic --optimizer dp-sgd --noise-multiplier 0 --allow-no-noise --layer-snr",
       " --dataset synthetic --lr-scale dense1",
       " --dataset synthetic --lr-scale dense1=-1",
       " --dataset synthetic --lr-scale dense1=2x",
@@ -201,11 +203,17 @@ TEST_CASE("dpgrad-train: dp-adambc says what it subtracts from Adam's second mom
   CHECK(r.out.find("final: test accuracy") != std::string::npos);
 }
 
-TEST_CASE("dpgrad-train: --lr-scale sets per-layer learning rates and says so") {
-  Run r = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-momentum --lr 0.1 --batch-size 64 "
-                      "--epochs 1 --noise-multiplier 1 --lr-scale dense1=4,dense2.bias=0");
+TEST_CASE("dpgrad-train: --lr-scale sets per-layer learning rates; --layer-snr reports each layer's signal") {
+  const std::string cmd = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-momentum --lr 0.1 "
+                                  "--batch-size 64 --epochs 1 --noise-multiplier 1 --lr-scale dense1=4,dense2.bias=0 "
+                                  "--layer-snr";
+  Run r = run(cmd);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("learning rate per layer: dense1=4, dense2.bias=0") != std::string::npos);
+  CHECK(r.out.find("signal/noise per coordinate of the noised gradient: dense1 ") != std::string::npos);
+  Run j = run(cmd + " --json");
+  REQUIRE(j.status == 0);
+  CHECK(j.out.find("\"layer_snr\":{\"dense1\":") != std::string::npos);
 }
 
 TEST_CASE("dpgrad-train: --plot writes a PNG of accuracy and epsilon; an unwritable path is an error") {

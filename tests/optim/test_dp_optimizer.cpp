@@ -43,6 +43,48 @@ TEST_CASE("dp optimizer: the noise has standard deviation sigma * C (divided by 
   CHECK(std::sqrt(var) == doctest::Approx(0.91).epsilon(4 * std::sqrt(2 / n)));
 }
 
+TEST_CASE("dp optimizer: gradient energy is what the base optimizer got; pure noise has signal/noise 0") {
+  FastRng init(11), noise(12), aux(13), data(14);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 1.0);  // lr 1, no momentum: the step is the gradient
+  auto strategy = make_clip_strategy<double>("ghost");
+  DPOptimizerT<double> dp(*model, sgd, *strategy, DPConfig{0.7, 1.3, 0.01, 10.0}, noise, aux, nullptr);
+  BatchT<double> batch;
+  batch.inputs = A(xt::zeros<double>({6, 50}));
+  for (auto& v : batch.inputs) v = data.normal();
+  batch.labels = {0, 3, 1, 7, 2, 3};
+  auto ps = model->parameters();
+  std::vector<A> before{ps[0].value(), ps[1].value()};
+  dp.step(batch);
+  auto e = dp.gradient_energy();
+  REQUIRE(e.size() == 2);
+  CHECK(e[0].name == "d.weight");
+  CHECK(e[0].size == 2000);
+  CHECK(e[1].size == 40);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const A step = before[i] - ps[i].value();
+    CHECK(e[i].noised == doctest::Approx(double(xt::sum(step * step)())).epsilon(1e-12));
+    CHECK(e[i].noise == doctest::Approx(double(e[i].size) * 0.091 * 0.091));
+  }
+  dp.reset_gradient_energy();
+  CHECK(dp.gradient_energy()[0].noised == 0.0);
+  // steps without examples are pure noise: noised / noise -> 1, the ratio -> 0
+  BatchT<double> empty;
+  empty.inputs = xt::zeros<double>({0, 50});
+  const int steps = 25;
+  for (int t = 0; t < steps; ++t) dp.step(empty);
+  e = dp.gradient_energy();
+  // the mean of 2000 x 25 squared normals has relative s.e. sqrt(2 / 50000) = 0.63%
+  CHECK(std::abs(e[0].snr()) < 4 * std::sqrt(2.0 / (2000.0 * steps)));
+  CHECK(std::abs(e[1].snr()) < 4 * std::sqrt(2.0 / (40.0 * steps)));
+  // without noise there is no ratio
+  DPOptimizerT<double> silent(*model, sgd, *strategy, DPConfig{0.7, 0.0, 0.01, 10.0, true}, noise, aux, nullptr);
+  silent.step(batch);
+  CHECK(silent.gradient_energy()[0].noise == 0.0);
+  CHECK(silent.gradient_energy()[0].noised > 0.0);
+  CHECK(std::isnan(silent.gradient_energy()[0].snr()));
+}
+
 TEST_CASE("dp optimizer: zero noise only when asked for, and bad hyperparameters") {
   FastRng init(4), noise(5), aux(6);
   auto model = tiny_model(init);
