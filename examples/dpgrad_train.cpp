@@ -732,11 +732,13 @@ int main(int argc, char** argv) {
     o.activation = "tanh";
     o.optimizer = "dp-momentum";
     o.momentum = 0.9;
-    o.lr = 4;
-    o.batch = 2048;
-    o.epochs = 40;
+    o.lr = 0.5;
+    o.lr_scale = "conv1=2,dense2=2";
+    o.batch = 4096;
+    o.epochs = 70;
     o.strategy = "ghost";
-    o.clip_norm = 0.1;
+    o.clip_norm = 1;
+    o.ema = 0.97;
     o.target_epsilon = 3.0;
     o.delta = 1e-5;
     o.accountant = "pld";
