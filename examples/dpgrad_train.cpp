@@ -262,16 +262,17 @@ BatchT<float> keep_classes(const BatchT<float>& b, const std::vector<int>& class
 /// Per layer (a parameter's name up to its last '.'), the noised gradient's
 /// signal-to-noise ratio per coordinate over the epoch, in the layers' order.
 std::vector<std::pair<std::string, double>> layer_snr(const std::vector<GradientEnergy>& energy) {
-  std::vector<std::string> order;
-  std::map<std::string, std::pair<double, double>> sums;  // noised, noise
+  std::vector<GradientEnergy> layers;  // the parameters' energies summed per layer
   for (const auto& e : energy) {
     const std::string layer = e.name.substr(0, e.name.rfind('.'));
-    if (!sums.count(layer)) order.push_back(layer);
-    sums[layer].first += e.noised;
-    sums[layer].second += e.noise;
+    auto it = std::find_if(layers.begin(), layers.end(), [&](const GradientEnergy& l) { return l.name == layer; });
+    if (it == layers.end()) it = layers.insert(layers.end(), GradientEnergy{layer});
+    it->size += e.size;
+    it->noised += e.noised;
+    it->noise += e.noise;
   }
   std::vector<std::pair<std::string, double>> r;
-  for (const auto& layer : order) r.emplace_back(layer, (sums[layer].first - sums[layer].second) / sums[layer].second);
+  for (const auto& l : layers) r.emplace_back(l.name, l.snr());
   return r;
 }
 
