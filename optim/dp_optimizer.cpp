@@ -18,7 +18,7 @@ template <class T>
 DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig c,
                               Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
     : model_(model), base_(base), strategy_(strategy), config_(c), noise_rng_(noise_rng), aux_rng_(aux_rng),
-      accountant_(accountant) {
+      accountant_(accountant), energy_(model.parameters().size(), 0.0) {
   if (!(c.expected_batch > 0 && std::isfinite(c.expected_batch)))
     throw std::invalid_argument("expected batch size must be > 0, got " + std::to_string(c.expected_batch));
   if (!(c.sat_rho >= 0 && std::isfinite(c.sat_rho)))
@@ -103,14 +103,13 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     denom = std::max<double>(1.0, double(st.batch));
   }
   for (auto& g : r.sum) g /= T(denom);
-  energy_.resize(r.sum.size(), 0.0);
+  base_.step(r.sum);  // checks one gradient per parameter
   for (std::size_t i = 0; i < r.sum.size(); ++i) {
     double e = 0;
     for (const T v : r.sum[i]) e += double(v) * double(v);
     energy_[i] += e;
   }
   ++energy_steps_;
-  base_.step(r.sum);
   // the next step's direction, moved array by array: checkpoints hold pointers to these arrays
   if (config_.sat_rho > 0)
     for (std::size_t i = 0; i < r.sum.size(); ++i) sat_direction_[i] = std::move(r.sum[i]);
@@ -128,7 +127,7 @@ std::vector<GradientEnergy> DPOptimizerT<T>::gradient_energy() const {
     GradientEnergy e;
     e.name = ps[i].name();
     e.size = ps[i].value().size();
-    e.noised = i < energy_.size() ? energy_[i] / n : 0.0;
+    e.noised = energy_[i] / n;
     e.noise = v * double(e.size);
     r.push_back(std::move(e));
   }
