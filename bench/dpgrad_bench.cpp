@@ -50,6 +50,7 @@
 #include "examples/data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"
+#include "optim/sampler.hpp"
 
 using namespace dpgrad;
 using namespace dpgrad::bench;
@@ -101,17 +102,17 @@ BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t 
 struct Stepper {
   std::unique_ptr<ClipStrategyT<float>> strategy;
   std::unique_ptr<OptimizerT<float>> base;
-  FastRng noise_rng, aux_rng;
+  SecureRng noise_rng, aux_rng;  // the default of private runs: its cost is part of a step
+  std::unique_ptr<Sampler> sampler;  // gives the accountant's q and the normaliser L; batches come from the bench
   std::unique_ptr<DPOptimizerT<float>> opt;
 
-  Stepper(ModelT<float>& model, const std::string& method, const std::string& optimizer, std::size_t b,
-          std::uint64_t seed)
-      : noise_rng(seed + 1), aux_rng(seed + 2) {
+  Stepper(ModelT<float>& model, const std::string& method, const std::string& optimizer, std::size_t b) {
     strategy = make_clip_strategy<float>(method, double(b));
     if (optimizer == "adam") base = std::make_unique<AdamT<float>>(model.parameters(), 1e-3);
     else base = std::make_unique<SgdT<float>>(model.parameters(), 0.01);
-    DPConfig cfg{1.0, 1.0, std::min(1.0, double(b) / kNotionalDatasetSize), double(b), false};
-    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, cfg, noise_rng, aux_rng, nullptr);
+    sampler = make_sampler("poisson", std::max<std::size_t>(b, std::size_t(kNotionalDatasetSize)), b);
+    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, DPConfig{1.0, 1.0}, *sampler, noise_rng,
+                                                aux_rng, nullptr);
   }
   double step_ms(const BatchT<float>& batch) {
     auto t0 = std::chrono::steady_clock::now();
@@ -147,7 +148,7 @@ int run_child(const Options& o) {
     FastRng init(o.seed);
     auto model = make_model<float>(model_name, init);
     BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
-    Stepper method(*model, o.child_method, o.optimizer, b, o.seed + 20);
+    Stepper method(*model, o.child_method, o.optimizer, b);
     out["base_rss_kb"] = self_status_kb("VmRSS");
     double first = method.step_ms(batch);  // the method alone: its peak memory
     out["peak_rss_kb"] = self_status_kb("VmHWM");
@@ -157,7 +158,7 @@ int run_child(const Options& o) {
       // none on the same model, built only now: its optimizer state (Adam) is not in the peak above
       const bool paired = o.child_method != "none";
       std::unique_ptr<Stepper> none;
-      if (paired) none = std::make_unique<Stepper>(*model, "none", o.optimizer, b, o.seed + 30);
+      if (paired) none = std::make_unique<Stepper>(*model, "none", o.optimizer, b);
       for (long i = 1; i < o.warmup; ++i) method.step_ms(batch);
       if (paired)
         for (long i = 0; i < o.warmup; ++i) none->step_ms(batch);

@@ -344,9 +344,20 @@ void SecureRng::set_state(const std::string& s) {
 
 // ---------------------------------------------------------------- factory
 
-std::unique_ptr<Rng> make_rng(bool secure, std::uint64_t seed) {
-  if (secure) return std::make_unique<SecureRng>();
-  return std::make_unique<FastRng>(seed);
+std::string ReproducibleRng::describe() const {
+  return "reproducible (xoshiro256**, seed " + std::to_string(seed_) + "): " + kNotPrivateReproducible;
+}
+
+void require_private_generator(const Rng& rng, const std::string& role) {
+  if (rng.secure() || rng.reproducible_opt_in()) return;
+  throw std::invalid_argument("the " + role + " generator is " + rng.describe() +
+                              ": anyone who knows its seed can recompute it. Use SecureRng (the default), or "
+                              "ReproducibleRng to ask for recomputable randomness by name (NOT private)");
+}
+
+std::unique_ptr<Rng> make_private_rng(bool reproducible, std::uint64_t seed) {
+  if (reproducible) return std::make_unique<ReproducibleRng>(seed);
+  return std::make_unique<SecureRng>();
 }
 
 }  // namespace dpgrad

@@ -1,6 +1,8 @@
-// Random numbers for dpgrad: a fast seeded generator for experiments and a
-// cryptographically secure one (libsodium's ChaCha20 stream, keyed from the
-// operating system's entropy) for privacy noise. Both feed the same samplers.
+// Random numbers for dpgrad: a fast seeded generator for what may be public
+// (initialisation, data order of non-private runs), a cryptographically secure
+// one (libsodium's ChaCha20 stream, keyed from the operating system's entropy)
+// for privacy noise and sampling, and a seeded one that noise and sampling accept
+// only because it is asked for by name (ReproducibleRng: NOT private).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,9 @@ class Rng {
   virtual std::uint64_t next_u64() = 0;
   /// True for the cryptographically secure generator.
   virtual bool secure() const = 0;
+  /// True for ReproducibleRng: seeded, and accepted for noise and sampling only
+  /// because the caller asked for recomputable (NOT private) randomness by name.
+  virtual bool reproducible_opt_in() const { return false; }
   /// "fast (xoshiro256**, seed S)" or "secure (ChaCha20, OS entropy)": for run output.
   virtual std::string describe() const = 0;
   /// Serialised state for checkpoints. The secure generator returns "" (its key
@@ -47,7 +52,8 @@ class Rng {
 };
 
 /// xoshiro256** seeded through splitmix64: fast, repeatable, NOT for privacy noise.
-class FastRng final : public Rng {
+/// The DP optimizer and the samplers refuse it (see ReproducibleRng).
+class FastRng : public Rng {
  public:
   explicit FastRng(std::uint64_t seed);
   std::uint64_t next_u64() override;
@@ -56,10 +62,31 @@ class FastRng final : public Rng {
   std::string state() const override;
   void set_state(const std::string& s) override;
 
- private:
+ protected:
   std::uint64_t seed_;
+
+ private:
   std::uint64_t s_[4];
 };
+
+/// The same seeded xoshiro256** stream, as the explicit opt-in to noise, sampling
+/// and JL directions that anyone who knows the seed can recompute. A run that
+/// uses it is NOT private, whatever its epsilon says; tests and reproducibility
+/// studies use it by name.
+class ReproducibleRng final : public FastRng {
+ public:
+  using FastRng::FastRng;
+  bool reproducible_opt_in() const override { return true; }
+  std::string describe() const override;
+};
+
+/// Throws std::invalid_argument unless `rng` may draw privacy randomness: the
+/// secure generator, or ReproducibleRng (the named opt-in). `role` names the use
+/// ("noise", "sampling", ...) in the message.
+void require_private_generator(const Rng& rng, const std::string& role);
+
+/// Message of runs whose noise comes from a ReproducibleRng.
+inline constexpr const char* kNotPrivateReproducible = "not private: the noise can be recomputed from the seed";
 
 /// ChaCha20 keystream (libsodium crypto_stream_chacha20) with a 256-bit key from
 /// randombytes_buf. Not reproducible by design.
@@ -85,6 +112,8 @@ class SecureRng final : public Rng {
   std::size_t pos_ = sizeof(buf_);
 };
 
-std::unique_ptr<Rng> make_rng(bool secure, std::uint64_t seed);
+/// The generator of privacy randomness (noise, sampling, JL directions): the
+/// secure one, or with `reproducible` a ReproducibleRng from `seed` (NOT private).
+std::unique_ptr<Rng> make_private_rng(bool reproducible, std::uint64_t seed);
 
 }  // namespace dpgrad

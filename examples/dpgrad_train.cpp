@@ -56,7 +56,8 @@ struct Options {
   double clip_norm = 1.0;
   std::optional<double> noise_multiplier, target_epsilon, delta;
   double epoch_fraction = 1.0;
-  bool secure_rng = false, json_out = false, demo = false, allow_no_noise = false, layer_snr = false;
+  bool reproducible_noise = false, json_out = false, demo = false, allow_no_noise = false, layer_snr = false;
+  bool report_train_loss = false;  // private runs: show the un-noised training loss (not covered by epsilon)
   std::uint64_t seed = 42;
   long max_steps = 0;
   std::size_t train_limit = 0, test_limit = 0;
@@ -105,7 +106,8 @@ void for_each_run_option(O& o, F&& f) {
   f("accountant", o.accountant);
   f("sampler", o.sampler);
   f("epoch-fraction", o.epoch_fraction);
-  f("secure-rng", o.secure_rng);
+  f("reproducible-noise", o.reproducible_noise);
+  f("report-train-loss", o.report_train_loss);
   f("allow-no-noise", o.allow_no_noise);
   f("seed", o.seed);
   f("train-limit", o.train_limit);
@@ -149,16 +151,19 @@ double default_delta(std::size_t n) { return std::pow(10.0, std::floor(std::log1
 class Progress {
  public:
   Progress(bool quiet) : tty_(isatty(fileno(stderr)) && !quiet), quiet_(quiet) {}
-  void update(long step, long total, double loss, double examples_per_s, double eta_s, long epoch) {
+  /// `loss` only when it may be shown, with its label (" (not covered by epsilon)" in private runs).
+  void update(long step, long total, std::optional<double> loss, const std::string& label, double examples_per_s,
+              double eta_s, long epoch) {
     if (quiet_) return;
+    const std::string shown = loss ? fmt::format(" loss{} {:.4f}", label, *loss) : "";
     if (tty_) {
       int width = 30, filled = total ? int(double(width) * double(step) / double(total)) : width;
-      fmt::print(stderr, "\r  epoch {:>3} [{}{}] {:>6}/{} loss {:.4f} {:>7.0f} ex/s ETA {:>5.0f}s ", epoch,
+      fmt::print(stderr, "\r  epoch {:>3} [{}{}] {:>6}/{}{} {:>7.0f} ex/s ETA {:>5.0f}s ", epoch,
                  std::string(std::size_t(filled), '#'), std::string(std::size_t(width - filled), '.'), step, total,
-                 loss, examples_per_s, eta_s);
+                 shown, examples_per_s, eta_s);
       if (step == total) fmt::print(stderr, "\n");
     } else if (total && (step == total || step * 10 / total != (step - 1) * 10 / total)) {
-      fmt::print(stderr, "  epoch {} step {}/{} loss {:.4f} {:.0f} ex/s ETA {:.0f}s\n", epoch, step, total, loss,
+      fmt::print(stderr, "  epoch {} step {}/{}{} {:.0f} ex/s ETA {:.0f}s\n", epoch, step, total, shown,
                  examples_per_s, eta_s);
     }
   }
@@ -346,6 +351,8 @@ int run(Options o, const json* resumed) {
   if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
                                       "--epoch-fraction must be in (0, 1) for private shuffled training");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
+  require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
   require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
           "--layer-snr compares the gradient with its noise: it needs a private run with noise");
   require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
@@ -412,6 +419,9 @@ int run(Options o, const json* resumed) {
   auto sampler = make_sampler(dp ? o.sampler : "shuffle", n, o.batch, dp ? o.epoch_fraction : 1.0);
   const double q = sampler->sampling_rate();
   const long per_epoch = sampler->steps_per_epoch();
+  require(o.epochs * double(per_epoch) <= 1e12,
+          fmt::format("--epochs {} makes {:g} steps: more than this program can count", o.epochs,
+                      o.epochs * double(per_epoch)));
   long total_steps = std::max(1L, long(std::ceil(o.epochs * double(per_epoch))));
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   auto strategy = make_clip_strategy<float>(o.strategy, sampler->expected_batch_size());
@@ -459,10 +469,20 @@ int run(Options o, const json* resumed) {
     }
   }
 
-  // ---- generators
-  auto noise_rng = make_rng(o.secure_rng, o.seed + 1);
-  auto aux_rng = make_rng(o.secure_rng, o.seed + 2);
-  auto sample_rng = make_rng(o.secure_rng, o.seed + 3);
+  if (dp && sigma > 0) {  // a noise multiplier too small to prove anything is an error, not a run at epsilon inf
+    auto a = privacy::make_accountant(o.accountant, aopts);
+    a->step(q, sigma / strategy->sensitivity(), total_steps, strategy->jl_dim());
+    require(std::isfinite(a->epsilon(delta)),
+            fmt::format("noise multiplier {:g} proves no finite epsilon at delta {:g} over {} steps ({} accountant); "
+                        "use a larger --noise-multiplier, or --noise-multiplier 0 --allow-no-noise for a run that "
+                        "is knowingly NOT private", sigma, delta, total_steps, o.accountant));
+  }
+
+  // ---- generators: secure unless the run is not private or asked for seeded noise by name
+  const bool reproducible = !dp || o.reproducible_noise;
+  auto noise_rng = make_private_rng(reproducible, o.seed + 1);
+  auto aux_rng = make_private_rng(reproducible, o.seed + 2);
+  auto sample_rng = make_private_rng(reproducible, o.seed + 3);
 
   // ---- optimizer
   auto params = model->parameters();
@@ -476,8 +496,15 @@ int run(Options o, const json* resumed) {
     base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
   }
   const auto lr_scales = apply_lr_scale(*base, o.lr_scale);
-  DPConfig cfg{o.clip_norm, sigma, q, sampler->expected_batch_size(), o.allow_no_noise, o.sat_rho};
-  DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *noise_rng, *aux_rng, accountant.get());
+  DPConfig cfg{o.clip_norm, sigma, o.allow_no_noise, o.sat_rho};
+  DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *sampler, *noise_rng, *aux_rng, accountant.get());
+  // what is shown of the run: only what epsilon covers, unless asked (and then labelled)
+  const bool is_private = dp && opt.is_private();
+  const bool show_loss = !dp || o.report_train_loss;
+  const std::string loss_key = dp ? "train_loss_not_covered_by_epsilon" : "train_loss";
+  const std::string loss_label = dp ? " (not covered by epsilon)" : "";
+  const std::string not_private_note =
+      dp && sigma > 0 && opt.noise_reproducible() ? fmt::format(" ({})", kNotPrivateReproducible) : "";
   if (base_name == "adambc") adam->correct_noise(opt.noise_variance(), o.adambc_floor);
   std::unique_ptr<ParameterAverage> average;
   if (o.ema > 0) average = std::make_unique<ParameterAverage>(params, o.ema);
@@ -493,8 +520,12 @@ int run(Options o, const json* resumed) {
                     strategy->name(), o.clip_norm, sigma, o.noise_multiplier ? "" : " (calibrated)", o.accountant,
                     privacy::to_string(accountant->neighbouring()), delta));
     if (sigma == 0) say("  WARNING: noise multiplier 0: this run is NOT private; no epsilon is reported");
-    say(fmt::format("  noise generator: {}", noise_rng->describe()));
-    if (!o.secure_rng) say("  (use --secure-rng for noise from the cryptographically secure generator)");
+    say(fmt::format("  noise, sampling and directions: {}", noise_rng->describe()));
+    if (opt.noise_reproducible())
+      say(fmt::format("  WARNING: --reproducible-noise: this run is {}", kNotPrivateReproducible));
+    if (o.report_train_loss)
+      say("  the training loss is reported: it is computed from the private data without noise and is NOT covered "
+          "by epsilon");
   } else {
     say("  non-private training: no clipping, no noise, no privacy guarantee");
   }
@@ -546,6 +577,8 @@ int run(Options o, const json* resumed) {
     json extra = {{"options", run_options_json(o)}, {"noise_multiplier", sigma}, {"total_steps", total_steps},
                   {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen}, {"history", history}, {"seconds", elapsed()},
                   {"ema_updates", average ? average->updates() : 0L}};
+    if (dp) extra["private"] = is_private;
+    if (!not_private_note.empty()) extra["privacy_note"] = kNotPrivateReproducible;
     CheckpointDir(o.checkpoint_dir).save(step, state, extra);
   };
 
@@ -567,11 +600,12 @@ int run(Options o, const json* resumed) {
       StepStats st = opt.step(batch);
       if (average) average->update();
       ++step;
-      loss_sum += st.loss * double(st.batch);
-      seen += st.batch;
+      if (show_loss) loss_sum += st.loss * double(st.batch);
+      // counts and throughput of a private run use the expected batch size: the real one is private
+      seen += dp ? std::size_t(std::llround(opt.expected_batch_size())) : st.batch;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
-      progress.update(s + 1, in_epoch, seen ? loss_sum / double(seen) : 0.0,
-                      double(seen) / std::max(secs, 1e-9) * double(s + 1 - first) / double(s + 1),
+      progress.update(s + 1, in_epoch, show_loss && seen ? std::optional<double>(loss_sum / double(seen)) : std::nullopt,
+                      loss_label, double(seen) / std::max(secs, 1e-9) * double(s + 1 - first) / double(s + 1),
                       secs / double(s + 1 - first) * double(in_epoch - s - 1), epoch);
       // periodic checkpoints inside an epoch; the epoch's last step is saved after its evaluation
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && s + 1 < in_epoch) save();
@@ -583,11 +617,13 @@ int run(Options o, const json* resumed) {
     }
     if (dp && sigma > 0) eps = accountant->epsilon(delta);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
-    json row = {{"epoch", epoch}, {"steps", step}, {"train_loss", seen ? loss_sum / double(seen) : 0.0},
-                {"test_accuracy", acc}, {"seconds", secs}};
+    json row = {{"epoch", epoch}, {"steps", step}, {"test_accuracy", acc}, {"seconds", secs}};
+    if (show_loss) row[loss_key] = seen ? loss_sum / double(seen) : 0.0;
     loss_sum = 0;
     seen = 0;
     if (dp) {
+      row["private"] = is_private;
+      if (!not_private_note.empty()) row["privacy_note"] = kNotPrivateReproducible;
       row["epsilon"] = eps_json(eps);
       row["delta"] = delta;
       row["accountant"] = o.accountant;
@@ -600,29 +636,33 @@ int run(Options o, const json* resumed) {
       row["layer_snr"] = json::object();
       for (const auto& [layer, r] : snr) row["layer_snr"][layer] = r;
     }
+    summary = row;
+    history.push_back(row);
+    // Checkpoint before anything of this epoch is released: a resumed run re-draws the steps after its checkpoint
+    // with fresh noise, so none of them may have been shown (docs/privacy-by-default.md).
+    save();
     if (o.json_out) fmt::print("{}\n", row.dump());
     else
-      fmt::print("epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%{}, {:.1f}s\n", epoch, epochs_total,
-                 row["train_loss"].get<double>(), 100 * acc,
+      fmt::print("epoch {}/{}: {}test accuracy {:.2f}%{}{}, {:.1f}s\n", epoch, epochs_total,
+                 show_loss ? fmt::format("train loss{} {:.4f}, ", loss_label, row[loss_key].get<double>()) : "",
+                 100 * acc,
                  dp ? fmt::format(", epsilon {} (delta {:g}, {}, {})", fmt_eps(eps), delta, o.accountant,
                                   privacy::to_string(accountant->neighbouring()))
                     : "",
-                 secs);
+                 not_private_note, secs);
     if (o.layer_snr && !o.json_out) {
       std::vector<std::string> parts;
       for (const auto& [layer, r] : snr) parts.push_back(fmt::format("{} {:.3g}", layer, r));
       fmt::print("  signal/noise per coordinate of the noised gradient: {}\n", fmt::join(parts, ", "));
     }
     std::fflush(stdout);
-    summary = row;
-    history.push_back(row);
-    save();
   }
   double total_s = elapsed();
   summary["final"] = true;
   summary["model"] = model->name();
   summary["optimizer"] = o.optimizer;
-  summary["private"] = dp && sigma > 0;
+  summary["private"] = is_private;
+  if (!not_private_note.empty()) summary["privacy_note"] = kNotPrivateReproducible;
   summary["total_seconds"] = total_s;
   if (dp) {
     summary["clip_strategy"] = strategy->name();
@@ -642,8 +682,9 @@ int run(Options o, const json* resumed) {
   if (o.json_out) fmt::print("{}\n", summary.dump());
   else
     fmt::print("final: test accuracy {:.2f}%{} after {} steps in {:.1f}s\n", 100 * summary["test_accuracy"].get<double>(),
-               dp ? (sigma > 0 ? fmt::format(" at epsilon {} (delta {:g}, {} accountant, {} neighbours)", fmt_eps(eps), delta,
-                                             o.accountant, privacy::to_string(accountant->neighbouring()))
+               dp ? (sigma > 0 ? fmt::format(" at epsilon {} (delta {:g}, {} accountant, {} neighbours){}", fmt_eps(eps),
+                                             delta, o.accountant, privacy::to_string(accountant->neighbouring()),
+                                             not_private_note)
                                : std::string(" (NOT private: no noise)"))
                   : " (non-private)",
                step, total_s);
@@ -706,9 +747,16 @@ int main(int argc, char** argv) {
   app.add_option("--accountant", o.accountant, "rdp, pld, gdp (poisson), wor (fixed), shuffle (shuffle)")->capture_default_str();
   app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
   app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
-  app.add_flag("--secure-rng", o.secure_rng, "noise and sampling from the cryptographically secure generator");
+  app.add_flag("--reproducible-noise", o.reproducible_noise,
+               "draw noise, sampling and JL directions from a generator seeded by --seed, so that the run can be "
+               "repeated: NOT private (the noise can be recomputed from the seed); default: the secure generator");
+  app.add_flag("--report-train-loss", o.report_train_loss,
+               "private runs: also report the training loss, which is computed from the private data without noise "
+               "and is NOT covered by epsilon (labelled so wherever it appears)");
   app.add_flag("--allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)");
-  app.add_option("--seed", o.seed, "seed of the fast generator and the initialisation")->capture_default_str();
+  app.add_option("--seed", o.seed,
+                 "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
+                 "--reproducible-noise)")->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "use only the first N training examples");
   app.add_option("--test-limit", o.test_limit, "use only the first N test examples");
   app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024));
@@ -756,7 +804,8 @@ int main(int argc, char** argv) {
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
         // options added since older checkpoints were written keep their defaults, which such runs used
-        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale"};
+        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
+                                                       "reproducible-noise", "report-train-loss"};
         if (!stored.contains(flag) && added_later.count(flag)) return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])

@@ -31,7 +31,7 @@ struct Options {
   std::vector<double> epsilons{0.1, 0.5, 1, 2, 5, 10};
   int repeats = 10;
   std::uint64_t seed = 42;
-  bool secure_rng = false, json_out = false;
+  bool reproducible_noise = false, json_out = false;
 };
 
 void require(bool ok, const std::string& msg) {
@@ -68,9 +68,8 @@ int run(const Options& o) {
                               static_cast<std::size_t>(o.test_size), o.separation, o.bias, o.seed);
   }
 
-  auto rng = make_rng(o.secure_rng, o.seed);
-  const std::string rng_note =
-      rng->secure() ? rng->describe() : rng->describe() + " (repeatable; use --secure-rng for a real release)";
+  auto rng = make_private_rng(o.reproducible_noise, o.seed);
+  const std::string rng_note = rng->describe();
   logreg::ExperimentOptions eo;
   eo.lambda = o.lambda;
   eo.epsilons = o.epsilons;
@@ -93,7 +92,7 @@ int run(const Options& o) {
               {"guarantee", guarantee},
               {"mechanism", mechanism},
               {"rng", rng->describe()},
-              {"secure_rng", rng->secure()},
+              {"private", rng->secure()},
               {"repeats", o.repeats},
               {"solver", {{"method", "damped Newton"},
                           {"iterations", r.solution.iterations},
@@ -164,7 +163,9 @@ int main(int argc, char** argv) {
         return s.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + s;
       })
       ->capture_default_str();
-  app.add_flag("--secure-rng", o.secure_rng, "noise from the cryptographically secure generator");
+  app.add_flag("--reproducible-noise", o.reproducible_noise,
+               "noise from a generator seeded by --seed, so that results repeat: NOT private (the noise can be "
+               "recomputed from the seed); default: the secure generator");
   app.add_flag("--json", o.json_out, "print one JSON object");
   try {
     app.parse(argc, argv);

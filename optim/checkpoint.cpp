@@ -232,6 +232,7 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
     params.push_back({{"name", st.params[i].name()}, {"file", rel}, {"shape", shape_of(st.params[i].value())}});
   }
   state["params"] = params;
+  bool optimizer_files = false;
   if (st.optimizer) {
     json buffers = json::object();
     std::size_t i = 0;
@@ -241,6 +242,7 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
       std::string rel = "optimizer/" + std::string(idx) + safe(key) + ".npy";
       w.add_array(rel, value);
       buffers[key] = {{"file", rel}, {"shape", shape_of(value)}};
+      optimizer_files = true;
     }
     state["optimizer"] = {{"name", st.optimizer->name()}, {"steps", st.optimizer->steps()},
                           {"lr", st.optimizer->lr()}, {"buffers", buffers}};
@@ -265,7 +267,7 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
   write_file(tmp / "manifest.json",
              json{{"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", w.files()}}.dump(1));
   fsync_path(tmp / "params", true);
-  if (st.optimizer) fsync_path(tmp / "optimizer", true);
+  if (optimizer_files) fsync_path(tmp / "optimizer", true);  // plain SGD has no buffers, so no folder
   if (!st.arrays.empty()) fsync_path(tmp / "arrays", true);
   fsync_path(tmp, true);
 

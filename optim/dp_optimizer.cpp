@@ -10,17 +10,19 @@
 #include <xtensor/xmath.hpp>
 
 #include "engine/random.hpp"
+#include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
 
 namespace dpgrad {
 
 template <class T>
 DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig c,
-                              Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
-    : model_(model), base_(base), strategy_(strategy), config_(c), noise_rng_(noise_rng), aux_rng_(aux_rng),
-      accountant_(accountant), energy_(model.parameters().size(), 0.0) {
-  if (!(c.expected_batch > 0 && std::isfinite(c.expected_batch)))
-    throw std::invalid_argument("expected batch size must be > 0, got " + std::to_string(c.expected_batch));
+                              const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
+    : model_(model), base_(base), strategy_(strategy), config_(c), sampler_(sampler), noise_rng_(noise_rng),
+      aux_rng_(aux_rng), accountant_(accountant), energy_(model.parameters().size(), 0.0) {
+  const double L = sampler.expected_batch_size(), q = sampler.sampling_rate();
+  if (!(L > 0 && std::isfinite(L)))
+    throw std::invalid_argument("the sampler's expected batch size must be > 0, got " + std::to_string(L));
   if (!(c.sat_rho >= 0 && std::isfinite(c.sat_rho)))
     throw std::invalid_argument("DP-SAT's rho must be >= 0, got " + std::to_string(c.sat_rho));
   if (c.sat_rho > 0)
@@ -32,13 +34,41 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
     throw std::invalid_argument("noise multiplier must be >= 0, got " + std::to_string(c.noise_multiplier));
   if (c.noise_multiplier == 0 && !c.allow_no_noise)
     throw std::invalid_argument("noise multiplier 0 makes training NOT private; it must be asked for explicitly");
-  if (!(c.sampling_rate > 0 && c.sampling_rate <= 1))
-    throw std::invalid_argument("sampling rate q must be in (0, 1], got " + std::to_string(c.sampling_rate));
+  if (!(q > 0 && q <= 1))
+    throw std::invalid_argument("the sampler's sampling rate q must be in (0, 1], got " + std::to_string(q));
+  require_private_generator(noise_rng, "noise");
+  require_private_generator(aux_rng, "direction (aux)");
+  if (accountant) {
+    check_accountant_matches(sampler, accountant->name());
+    if (strategy.jl_dim() > 0 && !accountant->supports_jl())
+      throw std::invalid_argument("the " + accountant->name() + " accountant cannot analyse " + strategy.name() +
+                                  " (its clipping bound is random)");
+  }
+}
+
+template <class T>
+bool DPOptimizerT<T>::adds_noise() const {
+  return strategy_.is_private() && config_.noise_multiplier > 0;
+}
+
+template <class T>
+bool DPOptimizerT<T>::noise_reproducible() const {
+  return noise_rng_.reproducible_opt_in() || aux_rng_.reproducible_opt_in();
 }
 
 template <class T>
 bool DPOptimizerT<T>::is_private() const {
-  return strategy_.is_private() && config_.noise_multiplier > 0;
+  return adds_noise() && !noise_reproducible();
+}
+
+template <class T>
+double DPOptimizerT<T>::sampling_rate() const {
+  return sampler_.sampling_rate();
+}
+
+template <class T>
+double DPOptimizerT<T>::expected_batch_size() const {
+  return sampler_.expected_batch_size();
 }
 
 template <class T>
@@ -48,8 +78,8 @@ double DPOptimizerT<T>::accounted_noise_multiplier() const {
 
 template <class T>
 double DPOptimizerT<T>::noise_variance() const {
-  if (!is_private()) return 0.0;
-  const double sd = config_.noise_multiplier * config_.clip_norm / strategy_.normaliser(config_.expected_batch);
+  if (!adds_noise()) return 0.0;
+  const double sd = config_.noise_multiplier * config_.clip_norm / strategy_.normaliser(expected_batch_size());
   return sd * sd;
 }
 
@@ -98,7 +128,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       }
     }
     // the true batch size is itself private: divide by the expected one
-    denom = strategy_.normaliser(config_.expected_batch);
+    denom = strategy_.normaliser(expected_batch_size());
   } else {
     denom = std::max<double>(1.0, double(st.batch));
   }
@@ -113,8 +143,8 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   // the next step's direction, moved array by array: checkpoints hold pointers to these arrays
   if (config_.sat_rho > 0)
     for (std::size_t i = 0; i < r.sum.size(); ++i) sat_direction_[i] = std::move(r.sum[i]);
-  if (accountant_ && is_private())
-    accountant_->step(config_.sampling_rate, accounted_noise_multiplier(), 1, strategy_.jl_dim());
+  if (accountant_ && adds_noise())
+    accountant_->step(sampling_rate(), accounted_noise_multiplier(), 1, strategy_.jl_dim());
   return st;
 }
 

@@ -18,15 +18,16 @@
 namespace dpgrad {
 
 class Rng;
+class Sampler;
 namespace privacy {
 class Accountant;
 }
 
+/// The sampling rate q and the expected batch size L are not settings: they come
+/// from the sampler that draws the batches (DPOptimizerT's constructor).
 struct DPConfig {
   double clip_norm = 1.0;         // C > 0
   double noise_multiplier = 1.0;  // sigma >= 0; 0 only with allow_no_noise
-  double sampling_rate = 0.0;     // q in (0, 1], for the accountant
-  double expected_batch = 0.0;    // L = q N > 0
   bool allow_no_noise = false;    // sigma = 0 was asked for explicitly: not private
   double sat_rho = 0.0;           // DP-SAT's step towards the previous noised gradient (0: off)
 };
@@ -53,17 +54,30 @@ struct GradientEnergy {
 template <class T>
 class DPOptimizerT {
  public:
-  /// References must outlive the optimizer. `accountant` may be null (no
-  /// accounting); `noise_rng` draws the noise, `aux_rng` the strategy's directions.
-  DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig config, Rng& noise_rng,
-               Rng& aux_rng, privacy::Accountant* accountant);
+  /// References must outlive the optimizer. `sampler` is the one that draws the
+  /// batches passed to step(): the accountant sees its sampling rate, the noised
+  /// sum is divided by its expected batch size, and `accountant` (which may be
+  /// null: no accounting) must be one that analyses its sampling. `noise_rng`
+  /// draws the noise and `aux_rng` the strategy's directions: each must be the
+  /// secure generator, or a ReproducibleRng (then the run is NOT private, see
+  /// is_private()). Everything is checked here, before any step.
+  DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig config,
+               const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant);
   StepStats step(const BatchT<T>& batch);
   /// The noise multiplier the accountant sees: sigma / sensitivity (microbatch: sigma / 2).
   double accounted_noise_multiplier() const;
   /// Variance per coordinate of the noise in the gradient handed to the base
   /// optimizer: (sigma C / normaliser)^2; 0 when not private.
   double noise_variance() const;
+  /// Noise is added to clipped per-sample contributions (the mechanism the
+  /// accountant analyses; its steps are recorded).
+  bool adds_noise() const;
+  /// adds_noise() with noise and directions that nobody can recompute: false
+  /// with a ReproducibleRng, whose runs say kNotPrivateReproducible.
   bool is_private() const;
+  bool noise_reproducible() const;
+  double sampling_rate() const;
+  double expected_batch_size() const;
   const DPConfig& config() const { return config_; }
   /// DP-SAT's direction, per parameter: the last step's noised gradient as the
   /// base optimizer got it (zeros before the first step, empty when sat_rho is
@@ -81,6 +95,7 @@ class DPOptimizerT {
   OptimizerT<T>& base_;
   ClipStrategyT<T>& strategy_;
   DPConfig config_;
+  const Sampler& sampler_;
   Rng& noise_rng_;
   Rng& aux_rng_;
   privacy::Accountant* accountant_;

@@ -10,6 +10,11 @@
 
 namespace dpgrad {
 
+std::vector<std::size_t> Sampler::next(Rng& rng) {
+  require_private_generator(rng, "sampling");
+  return draw(rng);
+}
+
 nlohmann::json Sampler::state() const { return nlohmann::json::object(); }
 void Sampler::load_state(const nlohmann::json&) {}
 
@@ -19,7 +24,7 @@ class PoissonSampler final : public Sampler {
  public:
   PoissonSampler(std::size_t n, std::size_t batch) : n_(n), q_(double(batch) / double(n)) {}
   std::string name() const override { return "poisson"; }
-  std::vector<std::size_t> next(Rng& rng) override {
+  std::vector<std::size_t> draw(Rng& rng) override {
     // Skip ahead by geometric gaps: O(batch) draws instead of O(N).
     std::vector<std::size_t> idx;
     if (q_ >= 1.0) {
@@ -52,7 +57,7 @@ class ShuffleSampler final : public Sampler {
   ShuffleSampler(std::size_t n, std::size_t b, double f)
       : n_(n), b_(b), f_(f), per_epoch_(std::max<long>(1, long(std::floor(f * double(n) / double(b))))) {}
   std::string name() const override { return "shuffle"; }
-  std::vector<std::size_t> next(Rng& rng) override {
+  std::vector<std::size_t> draw(Rng& rng) override {
     if (step_ == 0 || step_ >= per_epoch_) {
       perm_.resize(n_);
       for (std::size_t i = 0; i < n_; ++i) perm_[i] = i;
@@ -89,7 +94,7 @@ class FixedSampler final : public Sampler {
  public:
   FixedSampler(std::size_t n, std::size_t b) : n_(n), b_(b) {}
   std::string name() const override { return "fixed"; }
-  std::vector<std::size_t> next(Rng& rng) override {
+  std::vector<std::size_t> draw(Rng& rng) override {
     // Floyd's algorithm: b distinct values from [0, n).
     std::vector<std::size_t> idx;
     idx.reserve(b_);

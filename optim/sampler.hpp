@@ -18,8 +18,10 @@ class Sampler {
  public:
   virtual ~Sampler() = default;
   virtual std::string name() const = 0;
-  /// Dataset indices of the next batch (Poisson batches may be empty).
-  virtual std::vector<std::size_t> next(Rng& rng) = 0;
+  /// Dataset indices of the next batch (Poisson batches may be empty). `rng` must
+  /// be the secure generator or a ReproducibleRng (the named, NOT private opt-in):
+  /// a batch anyone can recompute loses the amplification the accountant counts on.
+  std::vector<std::size_t> next(Rng& rng);
   /// Steps that make one epoch (about N / L).
   virtual long steps_per_epoch() const = 0;
   /// q for the accountant: L / N (Poisson), b / n (fixed, shuffle).
@@ -30,6 +32,10 @@ class Sampler {
   /// Position within the data order, for checkpoints (the generator is saved separately).
   virtual nlohmann::json state() const;
   virtual void load_state(const nlohmann::json& s);
+
+ protected:
+  /// The sampling itself, from a generator next() has checked.
+  virtual std::vector<std::size_t> draw(Rng& rng) = 0;
 };
 
 /// Throws std::invalid_argument naming both when the accountant does not analyse this sampler.

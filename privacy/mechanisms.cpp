@@ -25,17 +25,20 @@ void require_noise_std(double s, const char* fn) {
 
 double gaussian_mechanism(double value, double noise_std, Rng& rng) {
   require_noise_std(noise_std, "gaussian_mechanism");
+  require_private_generator(rng, "gaussian_mechanism's noise");
   return value + noise_std * rng.normal();
 }
 
 void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng) {
   require_noise_std(noise_std, "add_gaussian_noise");
+  require_private_generator(rng, "add_gaussian_noise's noise");
   for (double& v : values) v += noise_std * rng.normal();
 }
 
 double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rng& rng) {
   require_positive(l1_sensitivity, "laplace_mechanism", "L1 sensitivity");
   require_positive(epsilon, "laplace_mechanism", "epsilon");
+  require_private_generator(rng, "laplace_mechanism's noise");
   // Dwork-Roth Thm. 3.6: scale Delta_1 / eps.
   return value + rng.laplace(l1_sensitivity / epsilon);
 }
@@ -43,6 +46,7 @@ double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rn
 void add_laplace_noise(std::span<double> values, double l1_sensitivity, double epsilon, Rng& rng) {
   require_positive(l1_sensitivity, "add_laplace_noise", "L1 sensitivity");
   require_positive(epsilon, "add_laplace_noise", "epsilon");
+  require_private_generator(rng, "add_laplace_noise's noise");
   const double scale = l1_sensitivity / epsilon;
   for (double& v : values) v += rng.laplace(scale);
 }
@@ -51,6 +55,7 @@ std::vector<double> vector_laplace_noise(std::size_t dim, double l2_sensitivity,
   if (dim < 1) throw std::invalid_argument("vector_laplace_noise: dimension must be >= 1, got 0");
   require_positive(l2_sensitivity, "vector_laplace_noise", "L2 sensitivity");
   require_positive(epsilon, "vector_laplace_noise", "epsilon");
+  require_private_generator(rng, "vector_laplace_noise's noise");
   // Chaudhuri, Monteleoni, Sarwate 2011, Alg. 1: in polar coordinates the
   // density exp(-(eps/Delta) r) r^{d-1} of the norm is Gamma(d, Delta/eps).
   std::vector<double> eta(dim);

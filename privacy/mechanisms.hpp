@@ -1,6 +1,7 @@
 // The classic noise mechanisms: Gaussian, Laplace, and the vector Laplace noise
 // of output perturbation (density proportional to exp(-(eps/Delta) ||eta||_2)).
-// All draw from a dpgrad::Rng: use SecureRng for real releases.
+// All draw from a dpgrad::Rng, which must be SecureRng, or ReproducibleRng for
+// results anyone can recompute (NOT private): others are refused.
 #pragma once
 
 #include <cstddef>

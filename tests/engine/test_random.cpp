@@ -188,14 +188,25 @@ TEST_CASE("random: secure generator") {
   CHECK_THROWS_AS(a.set_state("xoshiro256** 0 1 2 3 4 -"), std::invalid_argument);
 }
 
-TEST_CASE("random: make_rng") {
-  auto fast = dpgrad::make_rng(false, 42);
-  auto secure = dpgrad::make_rng(true, 42);
-  CHECK_FALSE(fast->secure());
+TEST_CASE("random: make_private_rng is secure unless reproducible noise is asked for by name") {
+  auto secure = dpgrad::make_private_rng(false, 42);
+  auto named = dpgrad::make_private_rng(true, 42);
   CHECK(secure->secure());
-  FastRng ref(42);
-  for (int i = 0; i < 10; ++i) CHECK(fast->next_u64() == ref.next_u64());
+  CHECK_FALSE(secure->reproducible_opt_in());
+  CHECK_FALSE(named->secure());
+  CHECK(named->reproducible_opt_in());
+  FastRng ref(42);  // the same stream as the fast generator, under its own name
+  for (int i = 0; i < 10; ++i) CHECK(named->next_u64() == ref.next_u64());
   CHECK(secure->describe() == "secure (ChaCha20 via libsodium, OS entropy)");
+  CHECK(named->describe().find("not private: the noise can be recomputed from the seed") != std::string::npos);
+  CHECK_NOTHROW(dpgrad::require_private_generator(*secure, "noise"));
+  CHECK_NOTHROW(dpgrad::require_private_generator(*named, "noise"));
+  CHECK_THROWS_WITH_AS(dpgrad::require_private_generator(ref, "noise"), doctest::Contains("seed"), std::invalid_argument);
+  // the named generator checkpoints like the fast one
+  dpgrad::ReproducibleRng a(7), b(8);
+  a.next_u64();
+  b.set_state(a.state());
+  CHECK(a.next_u64() == b.next_u64());
 }
 
 TEST_CASE("random: uniform ranges and moments") {

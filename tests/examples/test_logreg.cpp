@@ -87,7 +87,7 @@ TEST_CASE("logreg: solver hits a 1-d minimiser with a closed-form lambda") {
 }
 
 TEST_CASE("logreg: solver agrees with bisection on random 1-d problems") {
-  FastRng rng(7);
+  ReproducibleRng rng(7);
   for (double lambda : {1.0, 1e-2, 1e-4}) {
     for (int rep = 0; rep < 3; ++rep) {
       Problem p = random_problem(40, 1, rng, 0.3);
@@ -102,7 +102,7 @@ TEST_CASE("logreg: solver agrees with bisection on random 1-d problems") {
 }
 
 TEST_CASE("logreg: solver reaches the minimiser in several dimensions") {
-  FastRng rng(11);
+  ReproducibleRng rng(11);
   for (std::size_t d : {std::size_t(2), std::size_t(10), std::size_t(40)}) {
     const Problem p = random_problem(300, d, rng);
     const double lambda = 1e-3;
@@ -137,7 +137,7 @@ TEST_CASE("logreg: solver reaches the minimiser in several dimensions") {
 }
 
 TEST_CASE("logreg: projection keeps norms <= 1 and leaves short rows alone") {
-  FastRng rng(3);
+  ReproducibleRng rng(3);
   const std::size_t n = 200, d = 7;
   std::vector<double> x(n * d);
   for (std::size_t i = 0; i < n; ++i)
@@ -172,7 +172,7 @@ TEST_CASE("logreg: projection keeps norms <= 1 and leaves short rows alone") {
 }
 
 TEST_CASE("logreg: neighbouring minimisers differ by at most 2 / (N lambda)") {
-  FastRng rng(2024);
+  ReproducibleRng rng(2024);
   double worst_ratio = 0;
   for (int inst = 0; inst < 24; ++inst) {
     const std::size_t n = 20 + 10 * (inst % 4), d = 1 + inst % 6;
@@ -200,7 +200,7 @@ TEST_CASE("logreg: neighbouring minimisers differ by at most 2 / (N lambda)") {
 }
 
 TEST_CASE("logreg: private weights approach non-private as epsilon grows (Gamma law)") {
-  FastRng rng(99);
+  ReproducibleRng rng(99);
   const std::size_t d = 30;
   const double delta_l2 = 0.05;
   std::vector<double> w(d);
@@ -230,7 +230,7 @@ TEST_CASE("logreg: pipeline accuracy on synthetic data (non-private, eps = 100, 
   o.lambda = 1e-2;
   o.epsilons = {100.0, 0.01};
   o.repeats = 60;
-  FastRng rng(17);
+  ReproducibleRng rng(17);
   const ExperimentResult r = run_experiment(s, o, rng);
   INFO("non-private " << r.test_accuracy << ", eps 100 " << r.results[0].accuracy_mean << ", eps 0.01 "
                       << r.results[1].accuracy_mean << " +- " << r.results[1].accuracy_std);
@@ -263,7 +263,7 @@ TEST_CASE("logreg: two-class subset keeps the two classes, labels them +-1, rows
 }
 
 TEST_CASE("logreg: bad inputs throw") {
-  FastRng rng(1);
+  ReproducibleRng rng(1);
   const Problem p = random_problem(20, 3, rng);
   CHECK_THROWS_AS(train(p, 0.0), std::invalid_argument);
   CHECK_THROWS_AS(train(p, -1.0), std::invalid_argument);

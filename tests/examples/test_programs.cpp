@@ -6,11 +6,16 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -109,11 +114,59 @@ TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon w
   CHECK(j["accountant"] == "rdp");
   CHECK(j["neighbouring"] == "add/remove-one");
   CHECK(j["epsilon"].get<double>() > 0);
-  CHECK(j["noise_generator"].get<std::string>().find("fast") != std::string::npos);
+  // private by default: secure noise, and nothing computed from the private data without noise
+  CHECK(j["noise_generator"].get<std::string>().find("secure") != std::string::npos);
+  CHECK_FALSE(j.contains("train_loss"));
+  CHECK_FALSE(j.contains("train_loss_not_covered_by_epsilon"));
+  CHECK(r.out.find("loss") == std::string::npos);
+  // the named opt-in to seeded noise: labelled not private in text and JSON
   Run s = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
-                      "--clip-strategy ghost --noise-multiplier 1.0 --secure-rng --json");
+                      "--clip-strategy ghost --noise-multiplier 1.0 --reproducible-noise --json");
   REQUIRE(s.status == 0);
-  CHECK(last_json(s.out)["noise_generator"].get<std::string>().find("secure") != std::string::npos);
+  auto k = last_json(s.out);
+  CHECK(k["private"] == false);
+  CHECK(k["privacy_note"] == "not private: the noise can be recomputed from the seed");
+  CHECK(k["noise_generator"].get<std::string>().find("reproducible") != std::string::npos);
+  Run t = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                      "--clip-strategy ghost --noise-multiplier 1.0 --reproducible-noise --report-train-loss");
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("not private: the noise can be recomputed from the seed") != std::string::npos);
+  CHECK(t.out.find("train loss (not covered by epsilon)") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: two default private runs release different parameters; two reproducible runs the same") {
+  dpgrad::test::TempDir tmp("dpgrad-noise");
+  auto params = [&](const std::string& name, const std::string& more) {
+    const auto dir = tmp.path / name;
+    Run r = run(train + " --dataset synthetic --model logreg --optimizer dp-momentum --max-steps 3 "
+                        "--noise-multiplier 1 --checkpoint-dir " + dir.string() + more);
+    REQUIRE(r.status == 0);
+    std::ifstream latest(dir / "latest");
+    std::string step;
+    std::getline(latest, step);
+    std::string bytes;
+    for (const auto& e : std::filesystem::directory_iterator(dir / step / "params")) {
+      std::ifstream in(e.path(), std::ios::binary);
+      bytes += std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    REQUIRE(bytes.size() > 100);
+    return bytes;
+  };
+  CHECK(params("a", "") != params("b", ""));
+  CHECK(params("c", " --reproducible-noise") == params("d", " --reproducible-noise"));
+  // sgd keeps no optimizer buffers: it checkpoints too
+  Run sgd = run(train + " --dataset synthetic --model logreg --optimizer dp-sgd --max-steps 3 --noise-multiplier 1 "
+                        "--checkpoint-dir " + (tmp.path / "sgd").string());
+  CHECK(sgd.status == 0);
+}
+
+TEST_CASE("dpgrad-train: step counts it cannot hold and noise too small to prove anything are refused") {
+  Run e = run(train + " --dataset synthetic --model logreg --optimizer dp-sgd --epochs 1e30 --noise-multiplier 1");
+  CHECK(e.status == 2);
+  CHECK(e.out.find("--epochs") != std::string::npos);
+  Run n = run(train + " --dataset synthetic --model logreg --optimizer dp-sgd --epochs 1 --noise-multiplier 1e-300");
+  CHECK(n.status == 2);
+  CHECK(n.out.find("proves no finite epsilon") != std::string::npos);
 }
 
 TEST_CASE("dpgrad-train: augmentation multiplicity trains on views and says so; jl:K/C runs") {

@@ -30,12 +30,17 @@ using dpgrad::test::TempDir;
 
 const std::string train = DPGRAD_TRAIN;
 
-// A small private run: cnn26k on synthetic images, 32 steps in 2 epochs.
-std::vector<std::string> run_args(const std::string& dir, long every) {
-  return {"--dataset", "synthetic", "--model", "cnn26k", "--train-limit", "1024", "--test-limit", "128",
-          "--optimizer", "dp-momentum", "--lr", "0.05", "--batch-size", "64", "--epochs", "2",
-          "--noise-multiplier", "1.1", "--clip-strategy", "ghost", "--seed", "7", "--threads", "1", "--json",
-          "--checkpoint-dir", dir, "--checkpoint-every", std::to_string(every)};
+// A small private run: cnn26k on synthetic images, 32 steps in 2 epochs. Its
+// noise is reproducible (asked for by name) so that runs can be compared bit for
+// bit, unless `secure`.
+std::vector<std::string> run_args(const std::string& dir, long every, bool secure = false) {
+  std::vector<std::string> a{"--dataset", "synthetic", "--model", "cnn26k", "--train-limit", "1024",
+                             "--test-limit", "128", "--optimizer", "dp-momentum", "--lr", "0.05", "--batch-size", "64",
+                             "--epochs", "2", "--noise-multiplier", "1.1", "--clip-strategy", "ghost", "--seed", "7",
+                             "--threads", "1", "--json", "--report-train-loss", "--checkpoint-dir", dir,
+                             "--checkpoint-every", std::to_string(every)};
+  if (!secure) a.push_back("--reproducible-noise");
+  return a;
 }
 
 pid_t spawn(std::vector<std::string> args, const std::string& out_path) {
@@ -136,7 +141,8 @@ void check_kill_and_resume(const std::vector<std::string>& more) {
   // The same ledger continued, never restarted: exactly the same epsilon.
   CHECK(end["epsilon"].get<double>() == end_full["epsilon"].get<double>());
   CHECK(end["test_accuracy"].get<double>() == end_full["test_accuracy"].get<double>());
-  CHECK(end["train_loss"].get<double>() == end_full["train_loss"].get<double>());
+  CHECK(end["train_loss_not_covered_by_epsilon"].get<double>() ==
+        end_full["train_loss_not_covered_by_epsilon"].get<double>());
   auto a = final_params(full), b = final_params(cut);
   REQUIRE(a.size() == b.size());
   REQUIRE(!a.empty());
@@ -180,6 +186,46 @@ TEST_CASE("dpgrad-train: killed at arbitrary moments while checkpointing every s
   CHECK(end["test_accuracy"].get<double>() == end_full["test_accuracy"].get<double>());
   // Nothing half-written is left behind once a save completes.
   for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().rfind(".partial-", 0) != 0);
+}
+
+TEST_CASE("dpgrad-train: secure noise resumes, and nothing is released before the checkpoint that covers it") {
+  // A resumed run re-draws the steps after its checkpoint with fresh noise, so each epoch's row (accuracy,
+  // epsilon) is printed only once a checkpoint holds that epoch: the re-drawn steps were never shown.
+  TempDir tmp("dpgrad-resume");
+  const fs::path dir = tmp.path / "run", out = tmp.path / "run.out";
+  pid_t pid = spawn(run_args(dir.string(), 0, true), out.string());
+  auto start = std::chrono::steady_clock::now();
+  long row_steps = -1;
+  while (row_steps < 0) {
+    std::istringstream in(slurp(out));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("{", 0) == 0 && line.find("\"epoch\":1,") != std::string::npos) {
+        REQUIRE(kill(pid, SIGSTOP) == 0);  // freeze it the moment the row is visible
+        row_steps = nlohmann::json::parse(line).at("steps").get<long>();
+      }
+    if (row_steps >= 0) break;
+    int st = 0;
+    REQUIRE_MESSAGE(waitpid(pid, &st, WNOHANG) == 0, "the run ended before its first epoch was seen");
+    REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::minutes(5));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  CHECK(row_steps == 16);
+  REQUIRE(fs::exists(dir / "latest"));
+  CHECK(latest_step(dir) >= row_steps);
+  REQUIRE(kill(pid, SIGKILL) == 0);
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  // the checkpoint says the run is private (secure generator), and resuming it re-keys and ends the run
+  auto [rc, end] = run_to_end({"--checkpoint-dir", dir.string(), "--resume", "--json", "--threads", "1"},
+                              (tmp.path / "resumed.out").string());
+  REQUIRE(rc == 0);
+  CHECK(end["steps"] == 32);
+  CHECK(end["private"] == true);
+  CHECK(end["noise_generator"].get<std::string>().find("secure") != std::string::npos);
+  // the ledger continued: the epsilon of 32 steps, as a whole run of the same settings gives
+  auto [rc_full, end_full] = run_to_end(run_args((tmp.path / "full").string(), 0, true), (tmp.path / "full.out").string());
+  REQUIRE(rc_full == 0);
+  CHECK(end["epsilon"].get<double>() == end_full["epsilon"].get<double>());
 }
 
 TEST_CASE("dpgrad-train: checkpoint misuse is refused with a message and status 2") {

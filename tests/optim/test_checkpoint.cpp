@@ -21,7 +21,8 @@ namespace {
 
 /// Everything a DP training run holds, built from one seed.
 struct Run {
-  FastRng init, noise, aux, sampling;
+  FastRng init;
+  ReproducibleRng noise, aux, sampling;
   std::unique_ptr<ModelT<double>> model;
   std::unique_ptr<AdamT<double>> adam;
   std::unique_ptr<ClipStrategyT<double>> strategy;
@@ -41,8 +42,12 @@ struct Run {
     adam = std::make_unique<AdamT<double>>(model->parameters(), 0.01);
     strategy = make_clip_strategy<double>("ghost");
     sampler = make_sampler("shuffle", 40, 8, 0.5);
-    accountant = privacy::make_accountant("rdp");
-    dp = std::make_unique<DPOptimizerT<double>>(*model, *adam, *strategy, DPConfig{1.0, 1.2, 0.2, 8.0}, noise, aux,
+    privacy::AccountantOptions ao;
+    ao.dataset_size = 40;
+    ao.batch_size = 8;
+    ao.epoch_fraction = 0.5;
+    accountant = privacy::make_accountant("shuffle", ao);
+    dp = std::make_unique<DPOptimizerT<double>>(*model, *adam, *strategy, DPConfig{1.0, 1.2}, *sampler, noise, aux,
                                                 accountant.get());
     extra = ArrayT<double>{double(seed), 2.0, 3.0};
     FastRng d(99);

@@ -21,16 +21,32 @@ std::unique_ptr<ModelT<double>> tiny_model(Rng& rng) {
   net.emplace<DenseT<double>>(50, 40, rng, "d");
   return std::make_unique<FeatureModelT<double>>("tiny", std::move(net));
 }
+
+/// A sampler that reports any rate and batch size (draws nothing): what a user's sampler might claim.
+struct ClaimedRate final : Sampler {
+  double q, L;
+  ClaimedRate(double q_, double L_) : q(q_), L(L_) {}
+  std::string name() const override { return "claimed"; }
+  long steps_per_epoch() const override { return 1; }
+  double sampling_rate() const override { return q; }
+  double expected_batch_size() const override { return L; }
+  std::vector<std::string> accountants() const override { return {"rdp", "pld"}; }
+
+ protected:
+  std::vector<std::size_t> draw(Rng&) override { return {}; }
+};
 }  // namespace
 
 TEST_CASE("dp optimizer: the noise has standard deviation sigma * C (divided by L)") {
-  FastRng init(1), noise(2), aux(3);
+  FastRng init(1);
+  ReproducibleRng noise(2), aux(3);
   auto model = tiny_model(init);
   auto before = model->parameters()[0].value();
   SgdT<double> sgd(model->parameters(), 1.0);
   auto strategy = make_clip_strategy<double>("ghost");
-  DPConfig cfg{0.7, 1.3, 0.01, 10.0};
-  DPOptimizerT<double> dp(*model, sgd, *strategy, cfg, noise, aux, nullptr);
+  DPConfig cfg{0.7, 1.3};
+  auto sampler = make_sampler("poisson", 1000, 10);  // q 0.01, L 10
+  DPOptimizerT<double> dp(*model, sgd, *strategy, cfg, *sampler, noise, aux, nullptr);
   BatchT<double> empty;  // the clipped sum is zero: the update is pure noise / L
   empty.inputs = xt::zeros<double>({0, 50});
   StepStats st = dp.step(empty);
@@ -44,11 +60,13 @@ TEST_CASE("dp optimizer: the noise has standard deviation sigma * C (divided by 
 }
 
 TEST_CASE("dp optimizer: gradient energy is what the base optimizer got; pure noise has signal/noise 0") {
-  FastRng init(11), noise(12), aux(13), data(14);
+  FastRng init(11), data(14);
+  ReproducibleRng noise(12), aux(13);
   auto model = tiny_model(init);
   SgdT<double> sgd(model->parameters(), 1.0);  // lr 1, no momentum: the step is the gradient
   auto strategy = make_clip_strategy<double>("ghost");
-  DPOptimizerT<double> dp(*model, sgd, *strategy, DPConfig{0.7, 1.3, 0.01, 10.0}, noise, aux, nullptr);
+  auto sampler = make_sampler("poisson", 1000, 10);
+  DPOptimizerT<double> dp(*model, sgd, *strategy, DPConfig{0.7, 1.3}, *sampler, noise, aux, nullptr);
   BatchT<double> batch;
   batch.inputs = A(xt::zeros<double>({6, 50}));
   for (auto& v : batch.inputs) v = data.normal();
@@ -78,7 +96,7 @@ TEST_CASE("dp optimizer: gradient energy is what the base optimizer got; pure no
   CHECK(std::abs(e[0].snr()) < 4 * std::sqrt(2.0 / (2000.0 * steps)));
   CHECK(std::abs(e[1].snr()) < 4 * std::sqrt(2.0 / (40.0 * steps)));
   // without noise there is no ratio
-  DPOptimizerT<double> silent(*model, sgd, *strategy, DPConfig{0.7, 0.0, 0.01, 10.0, true}, noise, aux, nullptr);
+  DPOptimizerT<double> silent(*model, sgd, *strategy, DPConfig{0.7, 0.0, true}, *sampler, noise, aux, nullptr);
   silent.step(batch);
   CHECK(silent.gradient_energy()[0].noise == 0.0);
   CHECK(silent.gradient_energy()[0].noised > 0.0);
@@ -86,20 +104,24 @@ TEST_CASE("dp optimizer: gradient energy is what the base optimizer got; pure no
 }
 
 TEST_CASE("dp optimizer: zero noise only when asked for, and bad hyperparameters") {
-  FastRng init(4), noise(5), aux(6);
+  FastRng init(4);
+  ReproducibleRng noise(5), aux(6);
   auto model = tiny_model(init);
   SgdT<double> sgd(model->parameters(), 0.1);
   auto strategy = make_clip_strategy<double>("vanilla");
-  auto make = [&](DPConfig c) { return DPOptimizerT<double>(*model, sgd, *strategy, c, noise, aux, nullptr); };
-  CHECK_THROWS_WITH_AS(make({1.0, 0.0, 0.1, 5}), doctest::Contains("NOT private"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(make({0.0, 1.0, 0.1, 5}), doctest::Contains("clip norm"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(make({-1.0, 1.0, 0.1, 5}), doctest::Contains("clip norm"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(make({1.0, -0.5, 0.1, 5}), doctest::Contains("noise multiplier"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(make({1.0, 1.0, 0.0, 5}), doctest::Contains("sampling rate"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(make({1.0, 1.0, 1.5, 5}), doctest::Contains("sampling rate"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(make({1.0, 1.0, 0.1, 0}), doctest::Contains("expected batch"), std::invalid_argument);
-  DPConfig none{1.0, 0.0, 0.1, 5, true};
-  auto dp = make(none);
+  ClaimedRate sampler(0.1, 5);
+  auto make = [&](DPConfig c, const Sampler& s) {
+    return DPOptimizerT<double>(*model, sgd, *strategy, c, s, noise, aux, nullptr);
+  };
+  CHECK_THROWS_WITH_AS(make({1.0, 0.0}, sampler), doctest::Contains("NOT private"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({0.0, 1.0}, sampler), doctest::Contains("clip norm"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({-1.0, 1.0}, sampler), doctest::Contains("clip norm"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, -0.5}, sampler), doctest::Contains("noise multiplier"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, 1.0}, ClaimedRate(0.0, 5)), doctest::Contains("sampling rate"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, 1.0}, ClaimedRate(1.5, 5)), doctest::Contains("sampling rate"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make({1.0, 1.0}, ClaimedRate(0.1, 0)), doctest::Contains("expected batch"), std::invalid_argument);
+  DPConfig none{1.0, 0.0, true};
+  auto dp = make(none, sampler);
   CHECK_FALSE(dp.is_private());
   CHECK(dp.noise_variance() == 0.0);
   auto before = model->parameters()[0].value();
@@ -110,7 +132,8 @@ TEST_CASE("dp optimizer: zero noise only when asked for, and bad hyperparameters
 }
 
 TEST_CASE("dp optimizer: each step is reported to the accountant with the accounted sigma") {
-  FastRng init(7), noise(8), aux(9), data(10);
+  FastRng init(7), data(10);
+  ReproducibleRng noise(8), aux(9);
   auto model = tiny_model(init);
   SgdT<double> sgd(model->parameters(), 0.1);
   BatchT<double> b;
@@ -122,7 +145,8 @@ TEST_CASE("dp optimizer: each step is reported to the accountant with the accoun
     CAPTURE(c.strategy);
     auto acc = privacy::make_accountant("pld");
     auto strategy = make_clip_strategy<double>(c.strategy, 4);
-    DPOptimizerT<double> dp(*model, sgd, *strategy, {1.0, 1.1, 0.004, 4}, noise, aux, acc.get());
+    auto sampler = make_sampler("poisson", 1000, 4);  // q 0.004: the rate the ledger must show
+    DPOptimizerT<double> dp(*model, sgd, *strategy, {1.0, 1.1}, *sampler, noise, aux, acc.get());
     dp.step(b);
     dp.step(b);
     REQUIRE(acc->ledger().size() == 1);
@@ -134,7 +158,8 @@ TEST_CASE("dp optimizer: each step is reported to the accountant with the accoun
 }
 
 TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g the last noised gradient") {
-  FastRng init(11), noise(12), aux(13), data(14);
+  FastRng init(11), data(14);
+  ReproducibleRng noise(12), aux(13);
   auto model = tiny_model(init);
   BatchT<double> b;
   b.inputs = test::randn<double>({6, 50}, data);
@@ -149,7 +174,7 @@ TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g 
   };
   auto strategy = make_clip_strategy<double>("ghost");
   // the reference, step by step: g1 at theta0 (plus noise), then g2 at theta1 + rho g1 / ||g1||
-  FastRng noise_ref(12), aux_ref(13);
+  ReproducibleRng noise_ref(12), aux_ref(13);
   auto noised = [&](const std::vector<A>& at) {
     set_params(at);
     ClipResult<double> r = strategy->clipped_sum(*model, b, clip, aux_ref);
@@ -173,7 +198,8 @@ TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g 
 
   set_params(theta0);
   SgdT<double> sgd(params, lr);
-  DPOptimizerT<double> dp(*model, sgd, *strategy, {clip, 1.2, 0.01, 6, false, rho}, noise, aux, nullptr);
+  ClaimedRate sampler(0.01, 6);
+  DPOptimizerT<double> dp(*model, sgd, *strategy, {clip, 1.2, false, rho}, sampler, noise, aux, nullptr);
   REQUIRE(dp.sat_direction().size() == params.size());
   CHECK(xt::amax(xt::abs(dp.sat_direction()[0]))() == 0.0);  // no direction before the first step
   dp.step(b);  // the first step is plain DP-SGD
@@ -185,15 +211,17 @@ TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g 
   for (std::size_t i = 0; i < params.size(); ++i) DPGRAD_CHECK_CLOSE(params[i].value(), theta2[i], 1e-12);
 
   // rho 0 keeps no direction and changes nothing; a negative or infinite rho is refused
-  DPOptimizerT<double> plain(*model, sgd, *strategy, {clip, 1.2, 0.01, 6}, noise, aux, nullptr);
+  DPOptimizerT<double> plain(*model, sgd, *strategy, {clip, 1.2}, sampler, noise, aux, nullptr);
   CHECK(plain.sat_direction().empty());
-  auto make = [&](double r) { return DPOptimizerT<double>(*model, sgd, *strategy, {clip, 1.2, 0.01, 6, false, r}, noise, aux, nullptr); };
+  auto make = [&](double r) {
+    return DPOptimizerT<double>(*model, sgd, *strategy, {clip, 1.2, false, r}, sampler, noise, aux, nullptr);
+  };
   CHECK_THROWS_WITH_AS(make(-0.1), doctest::Contains("rho"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(make(INFINITY), doctest::Contains("rho"), std::invalid_argument);
 }
 
 TEST_CASE("samplers: Poisson frequencies match q") {
-  FastRng rng(11);
+  ReproducibleRng rng(11);
   auto s = make_sampler("poisson", 1000, 50);
   CHECK(s->sampling_rate() == 0.05);
   std::vector<int> hits(1000);
@@ -213,7 +241,7 @@ TEST_CASE("samplers: Poisson frequencies match q") {
 }
 
 TEST_CASE("samplers: shuffle visits each example at most once per epoch; fixed draws distinct examples") {
-  FastRng rng(12);
+  ReproducibleRng rng(12);
   auto s = make_sampler("shuffle", 100, 8, 0.5);  // floor(0.5 * 100 / 8) = 6 batches per epoch
   CHECK(s->steps_per_epoch() == 6);
   for (int epoch = 0; epoch < 3; ++epoch) {
@@ -246,4 +274,71 @@ TEST_CASE("samplers: mismatched accountants and bad sizes are refused") {
   CHECK_THROWS_AS(make_sampler("poisson", 10, 11), std::invalid_argument);
   CHECK_THROWS_AS(make_sampler("shuffle", 10, 2, 0.0), std::invalid_argument);
   CHECK_THROWS_AS(make_sampler("random", 10, 2), std::invalid_argument);
+}
+
+TEST_CASE("privacy by default: noise, directions and sampling refuse a seeded generator unless asked for by name") {
+  FastRng init(21), seeded(22);
+  ReproducibleRng named(23);
+  SecureRng secure, secure2;
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto strategy = make_clip_strategy<double>("ghost");
+  auto sampler = make_sampler("poisson", 1000, 10);
+  auto make = [&](Rng& noise, Rng& aux) {
+    return DPOptimizerT<double>(*model, sgd, *strategy, {1.0, 1.0}, *sampler, noise, aux, nullptr);
+  };
+  CHECK_THROWS_WITH_AS(make(seeded, secure), doctest::Contains("noise generator"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make(secure, seeded), doctest::Contains("direction"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampler->next(seeded), doctest::Contains("sampling generator"), std::invalid_argument);
+  // the secure generator: private
+  auto dp = make(secure, secure2);
+  CHECK(dp.is_private());
+  CHECK_FALSE(dp.noise_reproducible());
+  CHECK_NOTHROW(sampler->next(secure));
+  // the named opt-in: accepted, the mechanism still runs and is accounted, but the run is not private
+  auto rep = make(named, secure);
+  CHECK(rep.adds_noise());
+  CHECK_FALSE(rep.is_private());
+  CHECK(rep.noise_reproducible());
+  CHECK_NOTHROW(sampler->next(named));
+  CHECK(named.describe().find(kNotPrivateReproducible) != std::string::npos);
+  // and the library's default for privacy randomness is the secure generator
+  CHECK(make_private_rng(false, 1)->secure());
+  CHECK(make_private_rng(true, 1)->reproducible_opt_in());
+}
+
+TEST_CASE("privacy by default: two secure runs draw different noise; two named reproducible runs the same") {
+  auto final_params = [](Rng& noise, Rng& aux) {
+    FastRng init(31);
+    auto model = tiny_model(init);
+    SgdT<double> sgd(model->parameters(), 1.0);
+    auto strategy = make_clip_strategy<double>("ghost");
+    auto sampler = make_sampler("poisson", 1000, 10);
+    DPOptimizerT<double> dp(*model, sgd, *strategy, {1.0, 1.0}, *sampler, noise, aux, nullptr);
+    BatchT<double> empty;
+    empty.inputs = xt::zeros<double>({0, 50});
+    for (int t = 0; t < 3; ++t) dp.step(empty);
+    return A(model->parameters()[0].value());
+  };
+  SecureRng s1, s2, s3, s4;
+  CHECK(xt::amax(xt::abs(final_params(s1, s2) - final_params(s3, s4)))() > 0.0);
+  ReproducibleRng r1(5), r2(6), r3(5), r4(6);
+  CHECK(xt::amax(xt::abs(final_params(r1, r2) - final_params(r3, r4)))() == 0.0);
+}
+
+TEST_CASE("dp optimizer: the accountant must analyse the sampler that draws the batches") {
+  FastRng init(41);
+  ReproducibleRng noise(42), aux(43);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto ghost = make_clip_strategy<double>("ghost");
+  auto fixed = make_sampler("fixed", 1000, 10);
+  auto rdp = privacy::make_accountant("rdp");
+  CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *ghost, {1.0, 1.0}, *fixed, noise, aux, rdp.get()),
+                       doctest::Contains("fixed"), std::invalid_argument);
+  auto poisson = make_sampler("poisson", 1000, 10);
+  auto jl = make_clip_strategy<double>("jl:2");
+  CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *jl, {1.0, 1.0}, *poisson, noise, aux, rdp.get()),
+                       doctest::Contains("jl"), std::invalid_argument);
+  CHECK_NOTHROW(DPOptimizerT<double>(*model, sgd, *ghost, {1.0, 1.0}, *poisson, noise, aux, rdp.get()));
 }

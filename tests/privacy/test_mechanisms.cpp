@@ -14,7 +14,7 @@ using namespace dpgrad;
 using namespace dpgrad::privacy;
 
 TEST_CASE("Laplace mechanism: centred, scale Delta / eps") {
-  FastRng rng(12345);
+  ReproducibleRng rng(12345);
   const int n = 200000;
   const double b = 2.0 / 0.5;  // Delta_1 = 2, eps = 0.5
   double sum = 0, sum_abs = 0, sum_sq = 0;
@@ -45,7 +45,7 @@ TEST_CASE("Laplace mechanism: centred, scale Delta / eps") {
 }
 
 TEST_CASE("Gaussian mechanism: centred, given std") {
-  FastRng rng(777);
+  ReproducibleRng rng(777);
   const int n = 200000;
   double sum = 0, sum_sq = 0;
   for (int i = 0; i < n; ++i) {
@@ -63,7 +63,7 @@ TEST_CASE("Gaussian mechanism: centred, given std") {
 }
 
 TEST_CASE("vector Laplace noise: Gamma(d, Delta/eps) norm, uniform direction") {
-  FastRng rng(2024);
+  ReproducibleRng rng(2024);
   const std::size_t d = 5;
   const double s = 1.0 / 2.0;  // Delta = 1, eps = 2
   const int n = 50000;
@@ -107,7 +107,7 @@ TEST_CASE("vector Laplace noise: Gamma(d, Delta/eps) norm, uniform direction") {
 }
 
 TEST_CASE("output perturbation and logistic regression sensitivity") {
-  FastRng a(99), b(99);
+  ReproducibleRng a(99), b(99);
   const std::vector<double> w = {0.5, -1.0, 2.0};
   const std::vector<double> r1 = output_perturbation(w, 0.1, 1.0, a);
   const std::vector<double> r2 = output_perturbation(w, 0.1, 1.0, b);
@@ -115,7 +115,7 @@ TEST_CASE("output perturbation and logistic regression sensitivity") {
   REQUIRE(r1.size() == 3);
   CHECK(r1 != w);
   // Mean of many releases is w (noise norm mean d Delta/eps = 0.3).
-  FastRng rng(5);
+  ReproducibleRng rng(5);
   std::vector<double> mean(3, 0.0);
   const int n = 20000;
   for (int i = 0; i < n; ++i) {
