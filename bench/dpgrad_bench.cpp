@@ -760,10 +760,21 @@ int run_noise_cost(const Options& o) {
   SecureRng secure;
   for (auto& v : sum) v = float(fill.normal() * 0.05);
   const NoiseGrid grid = noise_grid(1.0);  // sigma C = 1, as the stepper's
-  auto time_ms = [](auto&& f) {
+  // wall time; the thread's CPU time on the side (a long draw on a loaded machine
+  // is preempted more often than a short one, which inflates its wall time)
+  std::vector<double> cpu_old, cpu_new;
+  auto thread_cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+  };
+  auto time_ms = [&](auto&& f, std::vector<double>* cpu = nullptr) {
+    const double c0 = thread_cpu_ms();
     auto t0 = std::chrono::steady_clock::now();
     f();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (cpu) cpu->push_back(thread_cpu_ms() - c0);
+    return ms;
   };
   auto normal_noise = [&](Rng& rng) {
     work = sum;
@@ -778,8 +789,8 @@ int run_noise_cost(const Options& o) {
   std::vector<double> step, old_fast, new_fast, old_secure, new_secure;
   for (long i = 0; i < o.steps; ++i) {
     step.push_back(stepper.step_ms(batch));
-    old_fast.push_back(time_ms([&] { normal_noise(fast); }));
-    new_fast.push_back(time_ms([&] { grid_noise(fast); }));
+    old_fast.push_back(time_ms([&] { normal_noise(fast); }, &cpu_old));
+    new_fast.push_back(time_ms([&] { grid_noise(fast); }, &cpu_new));
     old_secure.push_back(time_ms([&] { normal_noise(secure); }));
     new_secure.push_back(time_ms([&] { grid_noise(secure); }));
   }
@@ -797,6 +808,8 @@ int run_noise_cost(const Options& o) {
   };
   row("seeded", old_fast, new_fast);
   row("secure", old_secure, new_secure);
+  fmt::print("  thread CPU time, seeded: normal {:.1f} ns, grid {:.1f} ns per coordinate\n",
+             median(cpu_old) * 1e6 / double(p), median(cpu_new) * 1e6 / double(p));
   return 0;
 }
 
