@@ -741,6 +741,79 @@ void check(const Options& o) {
   require(o.max_batch_seconds > 0 && o.probe_timeout > 0, "time caps must be > 0");
 }
 
+/// --noise-cost: the noise of one step alone, as it was (Box-Muller normals cast
+/// to float and added) and on the grid (docs/noise.md), from the seeded and the
+/// secure generator, timed interleaved with the method's whole step on the same
+/// model; medians over the steps, and each as a share of the step.
+int run_noise_cost(const Options& o) {
+  if (o.threads > 0) blas::set_threads(o.threads);
+  const std::string& model_name = o.models.at(0);
+  const std::size_t b = o.batches.at(0);
+  const std::string method = o.methods.size() == 1 ? o.methods[0] : "ghost";
+  FastRng init(o.seed);
+  auto model = make_model<float>(model_name, init);
+  BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
+  Stepper stepper(*model, method, o.optimizer, b);
+  std::size_t p = 0;
+  for (const auto& t : model->parameters()) p += t.value().size();
+  std::vector<float> sum(p), noise(p), work(p);
+  FastRng fill(o.seed + 40), fast(o.seed + 50);
+  SecureRng secure;
+  for (auto& v : sum) v = float(fill.normal() * 0.05);
+  const NoiseGrid grid = noise_grid(1.0);  // sigma C = 1, as the stepper's
+  // wall time; the thread's CPU time on the side (a long draw on a loaded machine
+  // is preempted more often than a short one, which inflates its wall time)
+  std::vector<double> cpu_old, cpu_new;
+  auto thread_cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+  };
+  auto time_ms = [&](auto&& f, std::vector<double>* cpu = nullptr) {
+    const double c0 = thread_cpu_ms();
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (cpu) cpu->push_back(thread_cpu_ms() - c0);
+    return ms;
+  };
+  auto normal_noise = [&](Rng& rng) {
+    work = sum;
+    rng.fill_normal(noise.data(), p, 1.0);
+    for (std::size_t i = 0; i < p; ++i) work[i] += noise[i];
+  };
+  auto grid_noise = [&](Rng& rng) {
+    work = sum;
+    add_grid_noise(rng, grid, work.data(), p);
+  };
+  for (long i = 0; i < o.warmup; ++i) stepper.step_ms(batch);
+  std::vector<double> step, old_fast, new_fast, old_secure, new_secure;
+  for (long i = 0; i < o.steps; ++i) {
+    step.push_back(stepper.step_ms(batch));
+    old_fast.push_back(time_ms([&] { normal_noise(fast); }, &cpu_old));
+    new_fast.push_back(time_ms([&] { grid_noise(fast); }, &cpu_new));
+    old_secure.push_back(time_ms([&] { normal_noise(secure); }));
+    new_secure.push_back(time_ms([&] { grid_noise(secure); }));
+  }
+  const double st = median(step);
+  fmt::print("{} at batch {}, {} ({} parameters, {} steps, medians; the step itself adds grid noise)\n", model_name,
+             b, method, p, o.steps);
+  fmt::print("  {} step: {:.3f} ms\n", method, st);
+  auto row = [&](const char* what, const std::vector<double>& old_ms, const std::vector<double>& new_ms) {
+    std::vector<double> extra;
+    for (std::size_t i = 0; i < old_ms.size(); ++i) extra.push_back((new_ms[i] - old_ms[i]) / step[i]);
+    fmt::print("  {:<8} normal {:.3f} ms ({:.2f}% of the step), grid {:.3f} ms ({:.2f}%), grid - normal: {:.2f}% "
+               "of the step (median of the pairs)\n",
+               what, median(old_ms), 100 * median(old_ms) / st, median(new_ms), 100 * median(new_ms) / st,
+               100 * median(extra));
+  };
+  row("seeded", old_fast, new_fast);
+  row("secure", old_secure, new_secure);
+  fmt::print("  thread CPU time, seeded: normal {:.1f} ns, grid {:.1f} ns per coordinate\n",
+             median(cpu_old) * 1e6 / double(p), median(cpu_new) * 1e6 / double(p));
+  return 0;
+}
+
 int run(Options o, const std::string& command, const std::set<std::string>& given) {
   auto t0 = std::chrono::steady_clock::now();
   const std::string load = load_average();
@@ -822,6 +895,10 @@ int main(int argc, char** argv) {
   app.add_option("--probe-timeout", o.probe_timeout, "time cap of one probe, seconds")->capture_default_str();
   app.add_option("--max-batch-start", o.max_batch_start, "first batch size the search tries")->capture_default_str();
   app.add_option("--batch-cap", o.batch_cap, "largest batch the search tries")->capture_default_str();
+  bool noise_cost = false;
+  app.add_flag("--noise-cost", noise_cost,
+               "time one step's noise alone (normal vs grid, seeded and secure generators) against the "
+               "method's step (--methods: one method, default ghost)");
   app.add_option("--child", o.child)->group("");
   app.add_option("--child-method", o.child_method)->group("");
   app.add_option("--child-as-limit", o.child_as_limit)->group("");
@@ -832,6 +909,14 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   if (!o.child.empty()) return run_child(o);
+  if (noise_cost) {
+    try {
+      return run_noise_cost(o);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
+      return 2;
+    }
+  }
 
   std::string command = "dpgrad-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];

@@ -342,6 +342,185 @@ void SecureRng::set_state(const std::string& s) {
   rekey();
 }
 
+// ---------------------------------------------------------------- discrete Gaussian
+
+namespace {
+
+__extension__ typedef unsigned __int128 u128;
+
+/// The bits of `rng`, one at a time or 32 at once, with the exact samplers the
+/// discrete Gaussian is built from (Canonne, Kamath, Steinke 2020). All
+/// probabilities are ratios of integers; no floating point touches a draw.
+class BitStream {
+ public:
+  explicit BitStream(Rng& rng) : rng_(rng) {}
+
+  bool bit() {
+    if (left_ == 0) refill();
+    const bool b = word_ & 1;
+    word_ >>= 1;
+    --left_;
+    return b;
+  }
+
+  /// Uniform on {0, ..., n - 1}, 1 <= n <= 2^32 - 1: Lemire's multiply-and-reject.
+  std::uint32_t below(std::uint32_t n) {
+    for (;;) {
+      if (left_ < 32) refill();
+      const std::uint64_t m = (word_ & 0xffffffffULL) * n;
+      word_ >>= 32;
+      left_ -= 32;
+      const auto low = static_cast<std::uint32_t>(m);
+      if (low >= n || low >= (0U - n) % n) return static_cast<std::uint32_t>(m >> 32);
+    }
+  }
+
+  /// Bernoulli(num / den), 0 <= num <= den < 2^126: compares p's binary digits
+  /// with a uniform's, drawn lazily (two bits on average).
+  bool bernoulli(u128 num, u128 den) {
+    if (num >= den) return true;
+    for (;;) {
+      num <<= 1;
+      const bool p_bit = num >= den;
+      if (p_bit) num -= den;
+      if (bit() != p_bit) return p_bit;  // the first digit where they differ decides U < p
+      if (num == 0) return false;         // p's digits end here: U >= p (U = p has probability 0)
+    }
+  }
+
+  /// The same for den < 2^62, in 64-bit words.
+  bool bernoulli(std::uint64_t num, std::uint64_t den) {
+    if (num >= den) return true;
+    for (;;) {
+      num <<= 1;
+      const bool p_bit = num >= den;
+      if (p_bit) num -= den;
+      if (bit() != p_bit) return p_bit;
+      if (num == 0) return false;
+    }
+  }
+
+  /// Bernoulli(exp(-num / den)) for num <= den (CKS 2020, Algorithm 1): the
+  /// parity of the first k with Bernoulli(gamma / k) false.
+  bool bernoulli_exp_fraction(u128 num, u128 den) {
+    // den * k < 2^126 while k < 2^24; reaching k = 2^24 has probability below 1 / (2^24)!
+    for (std::uint64_t k = 1;; ++k)
+      if (!bernoulli(num, den * k)) return k & 1;
+  }
+
+  /// The same for den < 2^33 (k stays below 2^29: probability below 1 / (2^29)!).
+  bool bernoulli_exp_fraction(std::uint64_t num, std::uint64_t den) {
+    for (std::uint64_t k = 1;; ++k)
+      if (!bernoulli(num, den * k)) return k & 1;
+  }
+
+  /// Bernoulli(exp(-1)).
+  bool bernoulli_exp_minus_one() {
+    // k = 1 always passes (Bernoulli(1)); then Bernoulli(1 / k) for k = 2, 3, ...
+    for (std::uint64_t k = 2;; ++k)
+      if (!bernoulli(std::uint64_t(1), k)) return k & 1;
+  }
+
+  /// Bernoulli(exp(-num / den)) for any num >= 0: exp(-1) floor(gamma) times, then the fraction.
+  bool bernoulli_exp(u128 num, u128 den) {
+    if (num <= den) return bernoulli_exp_fraction(num, den);
+    const u128 whole = num / den;
+    for (u128 i = 0; i < whole; ++i)
+      if (!bernoulli_exp_minus_one()) return false;
+    return bernoulli_exp_fraction(num % den, den);
+  }
+
+ private:
+  void refill() {
+    word_ = rng_.next_u64();
+    left_ = 64;
+  }
+  Rng& rng_;
+  std::uint64_t word_ = 0;
+  int left_ = 0;
+};
+
+/// One draw of N_Z(0, s^2) (CKS 2020, Algorithm 3 over Algorithm 2): a discrete
+/// Laplace candidate y of scale t = s + 1, kept with probability
+/// exp(-(|y| - s^2 / t)^2 / (2 s^2)) = exp(-(|y| t - s^2)^2 / (2 s^2 t^2)).
+/// Candidates with V >= 2048 (|y| >= 2048 t) are dropped: the output is the
+/// discrete Gaussian conditioned on |k| < 2048 t, and the integers stay below
+/// 2^126 (|y| t < 2^61 for s <= kMaxDiscreteGaussianScale).
+std::int64_t discrete_gaussian(BitStream& bits, std::uint64_t s) {
+  const std::uint64_t t = s + 1;
+  const u128 s2 = u128(s) * s, den = 2 * s2 * t * t;
+  constexpr std::uint64_t kMaxV = 2048;
+  for (;;) {
+    // discrete Laplace, pmf proportional to exp(-|y| / t) (Algorithm 2)
+    const std::uint64_t u = bits.below(static_cast<std::uint32_t>(t));
+    if (!bits.bernoulli_exp_fraction(u, t)) continue;
+    std::uint64_t v = 0;
+    while (v < kMaxV && bits.bernoulli_exp_minus_one()) ++v;
+    if (v == kMaxV) continue;
+    const std::uint64_t x = u + t * v;
+    const bool negative = bits.bit();
+    if (negative && x == 0) continue;
+    // Gaussian acceptance (Algorithm 3)
+    const u128 xt = u128(x) * t;
+    const u128 d = xt >= s2 ? xt - s2 : s2 - xt;
+    if (bits.bernoulli_exp(d * d, den)) return negative ? -static_cast<std::int64_t>(x) : static_cast<std::int64_t>(x);
+  }
+}
+
+void check_scale(std::uint64_t scale, const char* who) {
+  if (scale < 1 || scale > kMaxDiscreteGaussianScale)
+    throw std::invalid_argument(std::string(who) + ": scale must be a whole number in [1, " +
+                                std::to_string(kMaxDiscreteGaussianScale) + "], got " + std::to_string(scale));
+}
+
+template <class T>
+void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
+  check_scale(g.scale, "add_grid_noise");
+  int e = 0;
+  if (!(std::isfinite(g.grid) && g.grid > 0 && std::frexp(g.grid, &e) == 0.5 && e > -1000 && e < 1000))
+    throw std::invalid_argument("add_grid_noise: grid must be a power of two in [2^-1000, 2^1000], got " +
+                                std::to_string(g.grid));
+  if (n > 0 && x == nullptr) throw std::invalid_argument("add_grid_noise: null buffer");
+  const double inverse = 1.0 / g.grid;  // exact: a power of two
+  constexpr double kLimit = 0x1.0p52;
+  BitStream bits(rng);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(x[i]) * inverse;  // exact
+    if (!(std::fabs(v) < kLimit))
+      throw std::runtime_error("add_grid_noise: value " + std::to_string(double(x[i])) +
+                               " is not finite or too large for the grid " + std::to_string(g.grid));
+    const double m = std::nearbyint(v);  // round to nearest, ties to even (the default mode)
+    const auto k = static_cast<double>(discrete_gaussian(bits, g.scale));
+    x[i] = static_cast<T>((m + k) * g.grid);  // m + k is an integer below 2^53: exact in double
+  }
+}
+
+}  // namespace
+
+void fill_discrete_gaussian(Rng& rng, std::uint64_t scale, std::int64_t* out, std::size_t n) {
+  check_scale(scale, "fill_discrete_gaussian");
+  if (n > 0 && out == nullptr) throw std::invalid_argument("fill_discrete_gaussian: null output buffer");
+  BitStream bits(rng);
+  for (std::size_t i = 0; i < n; ++i) out[i] = discrete_gaussian(bits, scale);
+}
+
+NoiseGrid noise_grid(double noise_std) {
+  if (!(std::isfinite(noise_std) && noise_std >= 0x1.0p-900 && noise_std <= 0x1.0p900))
+    throw std::invalid_argument("noise_grid: the noise's standard deviation must be in [2^-900, 2^900], got " +
+                                std::to_string(noise_std));
+  int e = 0;
+  const double m = std::frexp(noise_std, &e);  // noise_std = m 2^e, m in [1/2, 1)
+  NoiseGrid g;
+  g.grid = std::ldexp(1.0, e - 25);
+  // m 2^25 in [2^24, 2^25) is exact; +1 keeps s grid above noise_std even if the
+  // caller's product sigma * C was rounded down
+  g.scale = static_cast<std::uint64_t>(std::ceil(std::ldexp(m, 25))) + 1;
+  return g;
+}
+
+void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }
+void add_grid_noise(Rng& rng, const NoiseGrid& g, double* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }
+
 // ---------------------------------------------------------------- factory
 
 std::string ReproducibleRng::describe() const {

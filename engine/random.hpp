@@ -116,4 +116,37 @@ class SecureRng final : public Rng {
 /// secure one, or with `reproducible` a ReproducibleRng from `seed` (NOT private).
 std::unique_ptr<Rng> make_private_rng(bool reproducible, std::uint64_t seed);
 
+// ---------------------------------------------------------------- noise on a grid
+// Gaussian noise drawn in floating point and added in floating point leaks the
+// data through the set of values the sum can reach (Mironov 2012; Jin et al.
+// 2022). Here the value is rounded to a power-of-two grid and an integer number
+// of grid steps is added, drawn exactly from the discrete Gaussian: the released
+// value minus the rounded one is grid * k, whatever the data (docs/noise.md).
+
+/// Largest integer scale the discrete Gaussian sampler takes (its integer
+/// arithmetic stays within 128 bits up to here; docs/noise.md section 2).
+inline constexpr std::uint64_t kMaxDiscreteGaussianScale = (std::uint64_t(1) << 25) + 2;
+
+/// out[0, n) = independent draws from the discrete Gaussian N_Z(0, s^2), pmf
+/// proportional to exp(-k^2 / (2 s^2)) on the integers, s = `scale` a whole
+/// number in [1, kMaxDiscreteGaussianScale]. Exact, from the bits of `rng`
+/// (Canonne, Kamath, Steinke 2020, Algorithms 1-3), conditioned only on
+/// |k| < 2048 (s + 1), an event of probability above 1 - exp(-2,000,000).
+void fill_discrete_gaussian(Rng& rng, std::uint64_t scale, std::int64_t* out, std::size_t n);
+
+/// The grid of noise of standard deviation `noise_std`: grid = 2^e and a whole
+/// scale s in (2^24, 2^25 + 1] with s * grid > noise_std.
+struct NoiseGrid {
+  double grid = 0;          // gamma, a power of two
+  std::uint64_t scale = 0;  // s: the noise is grid * k, k ~ N_Z(0, s^2)
+};
+NoiseGrid noise_grid(double noise_std);
+
+/// x[i] <- grid * (round(x[i] / grid) + k_i), k_i ~ N_Z(0, s^2), round to nearest
+/// (ties to even), the sum taken in integers; the result is then rounded to T,
+/// which is post-processing. Throws std::runtime_error on a non-finite x[i] or
+/// |x[i]| >= 2^52 grid. x: (n)
+void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n);
+void add_grid_noise(Rng& rng, const NoiseGrid& g, double* x, std::size_t n);
+
 }  // namespace dpgrad

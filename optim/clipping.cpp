@@ -2,6 +2,7 @@
 #include "optim/clipping.hpp"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -23,14 +24,37 @@ TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch) {
   return mean(reshape(rows, Shape{batch.examples(), batch.views}), {1});
 }
 
-namespace {
-
-/// c = min(1, C / norm); a non-finite norm means a non-finite loss or gradient.
-double clip_factor(double norm, double clip_norm) {
+template <class T>
+T clip_factor(double norm, double clip_norm, std::size_t coordinates) {
   if (!std::isfinite(norm))
     throw std::runtime_error("non-finite per-sample gradient norm (" + std::to_string(norm) +
                              "): the loss diverged; lower the learning rate");
-  return norm > clip_norm ? clip_norm / norm : 1.0;
+  // kappa = 2 u_T + (P + 8) 2^-53 covers the rounding of the norm summed in
+  // double, of the factor and of the products c g_j (docs/noise.md section 3)
+  const double unit = std::numeric_limits<T>::epsilon() / 2;
+  const double kappa = 2 * unit + (double(coordinates) + 8) * 0x1.0p-53;
+  const double cap = clip_norm * (1 - kappa);
+  if (!(norm > cap)) return T(1);
+  const double c = cap / norm;
+  T down = static_cast<T>(c);
+  if (double(down) > c) down = std::nextafter(down, T(0));  // rounded towards 0
+  return down;
+}
+
+template <class T>
+double squared_norm(const T* g, std::size_t n) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += double(g[i]) * double(g[i]);
+  return s;
+}
+
+namespace {
+
+template <class T>
+std::size_t parameter_coordinates(const std::vector<TensorT<T>>& ps) {
+  std::size_t n = 0;
+  for (const auto& p : ps) n += p.value().size();
+  return n;
 }
 
 template <class T>
@@ -59,9 +83,14 @@ ClipResult<T> empty_result(const std::vector<TensorT<T>>& ps) {
 template <class T>
 T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipResult<T>& res) {
   double sq = 0;
-  for (auto& p : ps) sq += double(xt::sum(p.grad() * p.grad())());
+  std::size_t coordinates = 0;
+  for (auto& p : ps) {
+    const ArrayT<T>& g = p.grad();
+    sq += squared_norm(g.data(), g.size());
+    coordinates += g.size();
+  }
   double n = std::sqrt(sq);
-  T c = T(clip_factor(n, clip_norm));
+  T c = clip_factor<T>(n, clip_norm, coordinates);
   if (c < T(1)) ++res.clipped;
   for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
   return T(n);
@@ -105,13 +134,13 @@ std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std
 }
 
 template <class T>
-ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, ClipResult<T>& res) {
+ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, std::size_t coordinates, ClipResult<T>& res) {
   ArrayT<T> c = ArrayT<T>::from_shape(norms_sq.shape());
   res.norms = ArrayT<T>::from_shape(norms_sq.shape());
   for (std::size_t i = 0; i < c.size(); ++i) {
     double n = std::sqrt(std::max(0.0, double(norms_sq(i))));
     res.norms(i) = T(n);
-    c(i) = T(clip_factor(n, clip_norm));
+    c(i) = clip_factor<T>(n, clip_norm, coordinates);
     if (c(i) < T(1)) ++res.clipped;
   }
   return c;
@@ -198,7 +227,7 @@ class RuleStrategy : public ClipStrategyT<T> {
         norms_sq += per_sample_norms_squared(*groups[j], b);
       }
     }
-    ArrayT<T> c = factors(norms_sq, clip_norm, res);
+    ArrayT<T> c = factors(norms_sq, clip_norm, parameter_coordinates(ps), res);
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c));
       else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c));
@@ -281,7 +310,7 @@ class JlStrategy final : public ClipStrategyT<T> {
         for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
     }
     dirs.clear();
-    ArrayT<T> c = factors(norms_sq, clip_norm, res);
+    ArrayT<T> c = factors(norms_sq, clip_norm, parameter_coordinates(ps), res);
     profile::Scope timed("jl weighted backward (all vjps)");
     tape.backward(losses, c);  // one backward of sum_i c_i loss_i
     for (auto& p : ps) res.sum.push_back(p.grad());
@@ -377,6 +406,10 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, do
   throw std::invalid_argument("unknown clip strategy '" + spec + "' (none, naive, vanilla, ghost, jl:K, microbatch:M)");
 }
 
+template float clip_factor<float>(double, double, std::size_t);
+template double clip_factor<double>(double, double, std::size_t);
+template double squared_norm(const float*, std::size_t);
+template double squared_norm(const double*, std::size_t);
 template TensorT<float> per_sample_losses(ModelT<float>&, const BatchT<float>&);
 template TensorT<double> per_sample_losses(ModelT<double>&, const BatchT<double>&);
 template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::string&, double);

@@ -54,6 +54,18 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, do
 template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch);
 
+/// The clip factor for a contribution of `norm` (its coordinates' squares summed
+/// in double, as squared_norm does): min(1, C (1 - kappa) / norm) rounded down
+/// to T, kappa = 2 u_T + (P + 8) 2^-53 with P = `coordinates` and u_T the unit
+/// roundoff of T. Then the contribution c g, computed in T, has norm <= C
+/// exactly, for P < 2^50 (docs/noise.md section 3). Throws on a non-finite norm.
+template <class T>
+T clip_factor(double norm, double clip_norm, std::size_t coordinates);
+
+/// sum_j g_j^2 in double. g: (n)
+template <class T>
+double squared_norm(const T* g, std::size_t n);
+
 using ClipStrategy = ClipStrategyT<float>;
 
 }  // namespace dpgrad

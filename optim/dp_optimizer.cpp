@@ -15,6 +15,18 @@
 
 namespace dpgrad {
 
+namespace {
+
+/// Coordinates of all the model's parameters: P.
+template <class T>
+std::size_t coordinates(ModelT<T>& model) {
+  std::size_t p = 0;
+  for (const auto& t : model.parameters()) p += t.value().size();
+  return p;
+}
+
+}  // namespace
+
 template <class T>
 DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig c,
                               const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
@@ -44,6 +56,10 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
       throw std::invalid_argument("the " + accountant->name() + " accountant cannot analyse " + strategy.name() +
                                   " (its clipping bound is random)");
   }
+  if (c.noise_multiplier > 0 && !(grid_clip_norm() > 0.5 * c.clip_norm))
+    throw std::invalid_argument("noise multiplier " + std::to_string(c.noise_multiplier) +
+                                " too large for the noise grid of " + std::to_string(coordinates(model)) +
+                                " parameters (docs/noise.md)");
 }
 
 template <class T>
@@ -54,6 +70,16 @@ bool DPOptimizerT<T>::adds_noise() const {
 template <class T>
 bool DPOptimizerT<T>::noise_reproducible() const {
   return noise_rng_.reproducible_opt_in() || aux_rng_.reproducible_opt_in();
+}
+
+template <class T>
+double DPOptimizerT<T>::grid_clip_norm() const {
+  if (!adds_noise()) return config_.clip_norm;
+  // rounding the sum to the grid moves it by at most grid / 2 per coordinate, so
+  // neighbouring sums' rounded values differ by at most grid sqrt(P) more than
+  // the sums (docs/noise.md section 3): the contributions are clipped that much tighter
+  const NoiseGrid g = noise_grid(config_.noise_multiplier * config_.clip_norm);
+  return config_.clip_norm - g.grid * (std::sqrt(double(coordinates(model_))) + 1.0);
 }
 
 template <class T>
@@ -111,7 +137,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       restore.emplace(ps, theta);  // in place: a temporary would restore at once
     }
   }
-  ClipResult<T> r = strategy_.clipped_sum(model_, batch, config_.clip_norm, aux_rng_);
+  ClipResult<T> r = strategy_.clipped_sum(model_, batch, grid_clip_norm(), aux_rng_);
   restore.reset();
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;
@@ -119,13 +145,12 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   if (strategy_.is_private()) {
     st.noise_std = config_.noise_multiplier * config_.clip_norm;
     if (st.noise_std > 0) {
-      std::vector<T> noise;
-      for (auto& g : r.sum) {
-        noise.resize(g.size());
-        noise_rng_.fill_normal(noise.data(), noise.size(), st.noise_std);
-        T* d = g.data();
-        for (std::size_t i = 0; i < g.size(); ++i) d[i] += noise[i];
-      }
+      // the sum rounded to the grid plus grid * k, k ~ N_Z(0, s^2) drawn exactly
+      // and added in integers: what is released minus the rounded sum does not
+      // depend on the data (docs/noise.md)
+      const NoiseGrid grid = noise_grid(st.noise_std);
+      for (auto& g : r.sum) add_grid_noise(noise_rng_, grid, g.data(), g.size());
+      st.noise_std = double(grid.scale) * grid.grid;
     }
     // the true batch size is itself private: divide by the expected one
     denom = strategy_.normaliser(expected_batch_size());

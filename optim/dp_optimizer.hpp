@@ -78,6 +78,9 @@ class DPOptimizerT {
   bool noise_reproducible() const;
   double sampling_rate() const;
   double expected_batch_size() const;
+  /// The norm the contributions are clipped to: C less the noise grid's rounding
+  /// allowance grid (sqrt(P) + 1) when noise is added (docs/noise.md), else C.
+  double grid_clip_norm() const;
   const DPConfig& config() const { return config_; }
   /// DP-SAT's direction, per parameter: the last step's noised gradient as the
   /// base optimizer got it (zeros before the first step, empty when sat_rho is

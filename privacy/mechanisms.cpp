@@ -3,6 +3,7 @@
 #include "privacy/accountant.hpp"
 #include "privacy/mechanisms.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -85,6 +86,30 @@ double logistic_regression_sensitivity(long n, double lambda) {
                                          std::to_string(n));
   require_positive(lambda, "logistic_regression_sensitivity", "lambda");
   return 2.0 / (static_cast<double>(n) * lambda);
+}
+
+GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, double scale) {
+  if (!(std::isfinite(epsilon) && epsilon >= 0) || !(delta >= 0 && delta <= 1))
+    throw std::invalid_argument("grid_noise_bound: epsilon must be finite and >= 0 and delta in [0, 1], got " +
+                                std::to_string(epsilon) + ", " + std::to_string(delta));
+  if (!(std::isfinite(draws) && draws >= 0))
+    throw std::invalid_argument("grid_noise_bound: draws must be finite and >= 0, got " + std::to_string(draws));
+  if (!(std::isfinite(scale) && scale >= 1))
+    throw std::invalid_argument("grid_noise_bound: scale must be >= 1, got " + std::to_string(scale));
+  constexpr double kR = 12.0, kPi = 3.14159265358979323846;
+  const double s2 = scale * scale;
+  // rounded up by a relative 1e-9, far above the rounding of these few operations
+  // and of the sampler's truncation at |k| < 2048 (s + 1) (probability < e^-2000000)
+  const double up = 1 + 1e-9;
+  const double a = draws * -std::log1p(-1.0 / (24 * s2)) * up;
+  const double b = draws * (kR * kR / (8 * s2) + 3 * std::exp(-2 * kPi * kPi * s2)) * up;
+  const double tail = draws * std::exp(-0.5 * (kR - 0.5 / scale) * (kR - 0.5 / scale)) * up;
+  GridNoiseBound r;
+  r.epsilon = epsilon + a + b;
+  // e^a (delta + e^eps tau) = delta + (e^a - 1)(delta + e^eps tau) + e^eps tau, each added term rounded up
+  const double extra = std::exp(epsilon) * tail * up;
+  r.delta = std::min(1.0, delta + (std::expm1(a) * (delta + extra) + extra) * up);
+  return r;
 }
 
 }  // namespace dpgrad::privacy

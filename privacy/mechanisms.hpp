@@ -19,6 +19,20 @@ double gaussian_mechanism(double value, double noise_std, Rng& rng);
 /// Adds independent N(0, noise_std^2) to every entry.
 void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng);
 
+/// A run's (epsilon, delta), computed by any accountant for Gaussian noise
+/// N(0, s^2 grid^2) per coordinate, made to hold for the discrete Gaussian
+/// grid * N_Z(0, s^2) that the DP optimizer adds instead (docs/noise.md section 4):
+/// with n = `draws` (noised coordinates over the whole run: steps x parameters),
+/// a = n (-log(1 - 1/(24 s^2))), b = n (R^2 / (8 s^2) + 3 exp(-2 pi^2 s^2)), R = 12,
+/// tau = n exp(-(R - 1/(2 s))^2 / 2):
+///   epsilon' = epsilon + a + b,   delta' = e^a (delta + e^epsilon tau).
+/// scale: s >= 1 as the sampler uses it (NoiseGrid::scale); draws >= 0.
+struct GridNoiseBound {
+  double epsilon = 0;
+  double delta = 0;
+};
+GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, double scale);
+
 /// Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth Thm. 3.6):
 /// value + Lap(Delta_1 / eps) is eps-DP for a query of L1 sensitivity Delta_1.
 double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rng& rng);

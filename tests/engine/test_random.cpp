@@ -394,3 +394,164 @@ TEST_CASE("random: bad arguments throw") {
     CHECK(std::string(e.what()).find("scale") != std::string::npos);
   }
 }
+
+// ---------------------------------------------------------------- discrete Gaussian and grid noise
+
+namespace {
+
+/// P(lo <= k <= hi) for k ~ N_Z(0, s^2): summed from the pmf for s <= 2000; for
+/// larger s from the normal CDF at the half-integers, which differs from the
+/// discrete Gaussian's by a relative O(1 / s^2) (docs/noise.md section 4).
+struct DiscreteGaussianMass {
+  explicit DiscreteGaussianMass(double s) : s_(s) {
+    if (s_ > 2000) return;
+    const long kmax = long(40 * s_) + 10;
+    double z = 0;
+    for (long k = -kmax; k <= kmax; ++k) z += std::exp(-0.5 * double(k) * double(k) / (s_ * s_));
+    cdf_.resize(std::size_t(2 * kmax + 2));
+    double c = 0;
+    cdf_[0] = 0;
+    for (long k = -kmax; k <= kmax; ++k) {
+      c += std::exp(-0.5 * double(k) * double(k) / (s_ * s_)) / z;
+      cdf_[std::size_t(k + kmax + 1)] = c;
+    }
+    kmax_ = kmax;
+  }
+  double operator()(double lo, double hi) const {  // whole numbers, lo <= hi; +-inf allowed
+    if (cdf_.empty()) {
+      auto phi = [&](double x) { return 0.5 * std::erfc(-x / (s_ * std::sqrt(2.0))); };
+      return phi(hi + 0.5) - phi(lo - 0.5);
+    }
+    auto at = [&](double k) {  // P(K <= k)
+      if (k < double(-kmax_)) return 0.0;
+      if (k >= double(kmax_)) return 1.0;
+      return cdf_[std::size_t(long(k) + kmax_ + 1)];
+    };
+    return at(hi) - at(lo - 1);
+  }
+  double s_;
+  long kmax_ = 0;
+  std::vector<double> cdf_;  // cdf_[k + kmax + 1] = P(K <= k)
+};
+
+}  // namespace
+
+TEST_CASE("random: discrete Gaussian draws follow the exact pmf (chi-square, tails pooled)") {
+  using dpgrad::fill_discrete_gaussian;
+  const std::size_t n = 200000;
+  for (std::uint64_t s : {std::uint64_t(1), std::uint64_t(2), std::uint64_t(7), std::uint64_t(150),
+                          std::uint64_t(1000), dpgrad::kMaxDiscreteGaussianScale}) {
+    CAPTURE(s);
+    FastRng rng(1000 + s);
+    std::vector<std::int64_t> k(n);
+    fill_discrete_gaussian(rng, s, k.data(), n);
+    const DiscreteGaussianMass mass{double(s)};
+    // bins of width about w over [-A, A], A = floor(3.5 s) (the last one takes the
+    // remainder), plus the two tails
+    const double w = std::max(1.0, std::floor(double(s) / 4)), a = std::floor(3.5 * double(s));
+    const std::size_t inner = std::size_t((2 * a + 1) / w);
+    std::vector<double> lo{-INFINITY}, hi{-a - 1};
+    for (std::size_t j = 0; j < inner; ++j) {
+      lo.push_back(-a + double(j) * w);
+      hi.push_back(j + 1 == inner ? a : -a + double(j + 1) * w - 1);
+    }
+    lo.push_back(a + 1);
+    hi.push_back(INFINITY);
+    std::vector<double> count(lo.size(), 0.0);
+    double sum = 0, sum2 = 0;
+    for (auto v : k) {
+      const double x = double(v);
+      sum += x;
+      sum2 += x * x;
+      std::size_t b = x < -a ? 0 : x > a ? lo.size() - 1 : 1 + std::min(inner - 1, std::size_t((x + a) / w));
+      REQUIRE(lo[b] <= x);
+      REQUIRE(x <= hi[b]);
+      count[b] += 1;
+    }
+    double chi2 = 0, total_p = 0;
+    for (std::size_t b = 0; b < lo.size(); ++b) {
+      const double p = mass(lo[b], hi[b]);
+      total_p += p;
+      REQUIRE(p * double(n) > 5);  // every bin expects enough draws for the test
+      chi2 += (count[b] - p * double(n)) * (count[b] - p * double(n)) / (p * double(n));
+    }
+    CHECK(total_p == doctest::Approx(1.0).epsilon(1e-9));
+    const double df = double(lo.size() - 1);
+    CAPTURE(df);
+    CHECK(chi2 < df + 5 * std::sqrt(2 * df));  // p about 1e-5 under the pmf
+    // the tails alone, beyond 3 s: count within 5 binomial standard errors
+    const double pt = 2 * mass(-INFINITY, -std::floor(3 * double(s)) - 1);
+    double tails = 0;
+    for (auto v : k) tails += double(std::llabs(v) > std::int64_t(std::floor(3 * double(s))));
+    CHECK(std::fabs(tails - pt * double(n)) < 5 * std::sqrt(pt * double(n)));
+    CHECK(std::fabs(sum / double(n)) < 5 * double(s) / std::sqrt(double(n)));
+    if (s >= 7) CHECK(std::sqrt(sum2 / double(n)) == doctest::Approx(double(s)).epsilon(5 * std::sqrt(2.0 / double(n))));
+  }
+}
+
+TEST_CASE("random: discrete Gaussian scale bounds and buffers are checked") {
+  FastRng rng(3);
+  std::int64_t k[4];
+  CHECK_THROWS_AS(dpgrad::fill_discrete_gaussian(rng, 0, k, 4), std::invalid_argument);
+  CHECK_THROWS_AS(dpgrad::fill_discrete_gaussian(rng, dpgrad::kMaxDiscreteGaussianScale + 1, k, 4),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(dpgrad::fill_discrete_gaussian(rng, 5, nullptr, 4), std::invalid_argument);
+  dpgrad::fill_discrete_gaussian(rng, 5, nullptr, 0);  // nothing to draw is fine
+}
+
+TEST_CASE("random: noise_grid is a power of two with scale in (2^24, 2^25 + 1] covering the std") {
+  for (double sd : {1e-30, 0.05, 0.91, 1.0, 1.3, 7.0, 1e20}) {
+    CAPTURE(sd);
+    const dpgrad::NoiseGrid g = dpgrad::noise_grid(sd);
+    int e = 0;
+    CHECK(std::frexp(g.grid, &e) == 0.5);
+    CHECK(g.scale > (std::uint64_t(1) << 24));
+    CHECK(g.scale <= (std::uint64_t(1) << 25) + 1);
+    CHECK(double(g.scale) * g.grid > sd);
+    CHECK(double(g.scale) * g.grid < sd * (1 + 0x1.0p-23));
+  }
+  for (double bad : {0.0, -1.0, double(NAN), double(INFINITY)})
+    CHECK_THROWS_AS(dpgrad::noise_grid(bad), std::invalid_argument);
+}
+
+TEST_CASE("random: grid noise releases round(x / grid) + k exactly, k the same draws whatever x") {
+  const dpgrad::NoiseGrid g = dpgrad::noise_grid(0.7);
+  const std::size_t n = 3000;
+  FastRng data(9);
+  std::vector<double> x(n), y(n);
+  for (auto& v : x) v = 6 * data.uniform() - 3;
+  for (std::size_t i = 0; i < 10; ++i) x[i] = (double(i) - 4.5) * g.grid;  // ties: to even
+  x[10] = 0;
+  for (double shift : {0.0, 0.3, 1e3}) {
+    CAPTURE(shift);
+    FastRng a(77), b(77);
+    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] + shift;
+    std::vector<double> in = y;
+    dpgrad::add_grid_noise(a, g, y.data(), n);
+    std::vector<std::int64_t> k(n);
+    dpgrad::fill_discrete_gaussian(b, g.scale, k.data(), n);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double m = std::nearbyint(in[i] / g.grid);
+      CHECK(std::fabs(in[i] / g.grid - m) <= 0.5);
+      // released minus the rounded value is exactly grid * k
+      if (y[i] - m * g.grid != double(k[i]) * g.grid) ++bad;
+    }
+    CHECK(bad == 0);
+    CHECK(std::nearbyint(-4.5) == -4.0);  // the ties above go to even
+  }
+  // float: the released value is a whole number of grid steps
+  FastRng c(78);
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = float(x[i]);
+  dpgrad::add_grid_noise(c, g, f.data(), n);
+  std::size_t off = 0;
+  for (float v : f) off += double(v) / g.grid != std::nearbyint(double(v) / g.grid);
+  CHECK(off == 0);
+  // non-finite or huge values and bad grids are errors
+  double nan_value = NAN, huge = 0x1.0p60;
+  CHECK_THROWS_AS(dpgrad::add_grid_noise(c, g, &nan_value, 1), std::runtime_error);
+  CHECK_THROWS_AS(dpgrad::add_grid_noise(c, g, &huge, 1), std::runtime_error);
+  CHECK_THROWS_AS(dpgrad::add_grid_noise(c, dpgrad::NoiseGrid{0.3, g.scale}, y.data(), 1), std::invalid_argument);
+  CHECK_THROWS_AS(dpgrad::add_grid_noise(c, dpgrad::NoiseGrid{g.grid, 0}, y.data(), 1), std::invalid_argument);
+}

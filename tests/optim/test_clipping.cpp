@@ -325,7 +325,9 @@ std::vector<A> clipped_sum_of_view_means(ModelT<double>& model, const BatchT<dou
     for (auto& a : g) a /= double(batch.views);
     const double n = total_norm(g);
     norms.push_back(n);
-    const double c = n > clip ? clip / n : 1.0;
+    std::size_t coordinates = 0;
+    for (const auto& a : g) coordinates += a.size();
+    const double c = clip_factor<double>(n, clip, coordinates);  // min(1, C / n) with the rounding margin
     if (total.empty())
       for (auto& a : g) total.push_back(c * a);
     else
@@ -428,4 +430,70 @@ TEST_CASE("clipping: jl:K gives the same norms and sums whatever its chunks of d
   CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:7/0"), doctest::Contains("jl:K/"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:7/"), doctest::Contains("jl:K/"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(make_clip_strategy<double>("jl:/3"), doctest::Contains("jl:"), std::invalid_argument);
+}
+
+TEST_CASE("clipping: the clip factor keeps a float contribution's exact norm <= C, adversarial gradients") {
+  // Gradients of norm just above or below C, as random directions and as equal
+  // coordinates (every product rounds the same way); the contribution c g is
+  // formed in float as the strategies do, its norm taken in long double (exact
+  // squares of floats, the sum's relative error below P 2^-64, far inside the margin).
+  FastRng rng(41);
+  std::size_t checked = 0, over_without_margin = 0;
+  for (double clip : {1.0, 0.37, 3e-3}) {
+    for (std::size_t p : {std::size_t(7), std::size_t(1000), std::size_t(26010)}) {
+      for (double rel : {-1e-6, -1e-7, -3e-8, 0.0, 1e-8, 3e-8, 1e-7, 1e-6, 1e-3, 2.0}) {
+        for (int shape = 0; shape < 4; ++shape) {
+          CAPTURE(clip);
+          CAPTURE(p);
+          CAPTURE(rel);
+          CAPTURE(shape);
+          std::vector<float> g(p);
+          if (shape == 0) {
+            const float a = float(clip / std::sqrt(double(p)) * (1 + rel));
+            std::fill(g.begin(), g.end(), a);
+          } else if (shape == 1) {  // the float just above: every coordinate rounded up
+            const float a = float(clip / std::sqrt(double(p)) * (1 + rel));
+            std::fill(g.begin(), g.end(), std::nextafter(a, 1.0f));
+          } else {  // a random direction scaled to the target norm
+            double sq = 0;
+            std::vector<double> d(p);
+            for (auto& v : d) {
+              v = rng.normal() * (shape == 3 ? 1.0 : 1e-3 + rng.uniform());
+              sq += v * v;
+            }
+            for (std::size_t j = 0; j < p; ++j) g[j] = float(d[j] / std::sqrt(sq) * clip * (1 + rel));
+          }
+          auto exact_norm2 = [&](float c) {
+            long double s = 0;
+            for (float v : g) {
+              const long double x = static_cast<long double>(c * v);  // the product in float, as the strategies form it
+              s += x * x;
+            }
+            return s;
+          };
+          const double n = std::sqrt(squared_norm(g.data(), p));
+          const float c = clip_factor<float>(n, clip, p);
+          CHECK(c > 0.0f);
+          CHECK(c <= 1.0f);
+          const long double bound = static_cast<long double>(clip) * static_cast<long double>(clip);
+          CHECK(exact_norm2(c) <= bound);
+          // a norm well inside C is left alone; one of 2C is scaled close to C
+          if (rel < -1e-6) CHECK(c == 1.0f);
+          if (rel == 2.0) CHECK(std::sqrt(double(exact_norm2(c))) > clip * (1 - 1e-5));
+          // the old factor (norm summed in float, C / norm rounded to nearest) can exceed C
+          float sum_f = 0;
+          for (float v : g) sum_f += v * v;
+          const double n_old = std::sqrt(double(sum_f));
+          const float c_old = n_old > clip ? float(clip / n_old) : 1.0f;
+          if (exact_norm2(c_old) > bound) ++over_without_margin;
+          ++checked;
+        }
+      }
+    }
+  }
+  CHECK(checked == 360);
+  CHECK(over_without_margin > 0);  // the test can fail: without the margin some norms exceed C
+  CAPTURE(over_without_margin);
+  // a non-finite norm is a clear error
+  CHECK_THROWS_WITH_AS(clip_factor<float>(NAN, 1.0, 3), doctest::Contains("non-finite"), std::runtime_error);
 }

@@ -1,11 +1,12 @@
-// DP optimizer and samplers: noise of the right size, explicit-only zero noise,
-// the accountant ledger it writes, DP-SAT's perturbed gradients, sampling
-// frequencies, and bad hyperparameters.
+// DP optimizer and samplers: noise of the right size, released on its grid,
+// explicit-only zero noise, the accountant ledger it writes, DP-SAT's perturbed
+// gradients, sampling frequencies, and bad hyperparameters.
 #include <cmath>
 #include <set>
 
 #include <doctest/doctest.h>
 
+#include "engine/random.hpp"
 #include "layers/dense.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/sampler.hpp"
@@ -174,15 +175,18 @@ TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g 
   };
   auto strategy = make_clip_strategy<double>("ghost");
   // the reference, step by step: g1 at theta0 (plus noise), then g2 at theta1 + rho g1 / ||g1||
+  // (the noise: the sum clipped to C less the grid's allowance, rounded to the grid, plus grid * k)
   ReproducibleRng noise_ref(12), aux_ref(13);
+  const NoiseGrid grid = noise_grid(1.2 * clip);
+  const double grid_clip = clip - grid.grid * (std::sqrt(2040.0) + 1);
   auto noised = [&](const std::vector<A>& at) {
     set_params(at);
-    ClipResult<double> r = strategy->clipped_sum(*model, b, clip, aux_ref);
+    ClipResult<double> r = strategy->clipped_sum(*model, b, grid_clip, aux_ref);
     std::vector<A> g;
     for (auto& s : r.sum) {
-      A n = A::from_shape(s.shape());
-      noise_ref.fill_normal(n.data(), n.size(), 1.2 * clip);
-      g.push_back((s + n) / 6.0);
+      A n = s;
+      add_grid_noise(noise_ref, grid, n.data(), n.size());
+      g.push_back(n / 6.0);
     }
     return g;
   };
@@ -341,4 +345,57 @@ TEST_CASE("dp optimizer: the accountant must analyse the sampler that draws the 
   CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *jl, {1.0, 1.0}, *poisson, noise, aux, rdp.get()),
                        doctest::Contains("jl"), std::invalid_argument);
   CHECK_NOTHROW(DPOptimizerT<double>(*model, sgd, *ghost, {1.0, 1.0}, *poisson, noise, aux, rdp.get()));
+}
+
+TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the noise grid plus grid * k") {
+  FastRng init(21), data(24);
+  ReproducibleRng noise(22), aux(23);
+  auto model = tiny_model(init);
+  BatchT<double> b;
+  b.inputs = test::randn<double>({5, 50}, data, 3.0);
+  b.labels = {0, 1, 2, 3, 4};
+  b.ids = {0, 1, 2, 3, 4};
+  const double clip = 0.6, sigma = 1.1, expected_batch = 4;  // a power of two: dividing by it is exact
+  auto params = model->parameters();
+  SgdT<double> sgd(params, 0.1);
+  auto strategy = make_clip_strategy<double>("ghost");
+  ClaimedRate sampler(0.01, expected_batch);
+  DPOptimizerT<double> dp(*model, sgd, *strategy, {clip, sigma, false, 0.5}, sampler, noise, aux, nullptr);
+  // the grid's allowance: C - grid (sqrt(P) + 1), P = 50 * 40 + 40
+  const NoiseGrid grid = noise_grid(sigma * clip);
+  CHECK(dp.grid_clip_norm() == clip - grid.grid * (std::sqrt(2040.0) + 1));
+  CHECK(dp.grid_clip_norm() < clip);
+  CHECK(dp.grid_clip_norm() > clip * (1 - 1e-4));
+  ReproducibleRng aux_copy(23), noise_copy(22);
+  ClipResult<double> sum = strategy->clipped_sum(*model, b, dp.grid_clip_norm(), aux_copy);
+  StepStats st = dp.step(b);
+  CHECK(st.noise_std == double(grid.scale) * grid.grid);
+  std::size_t off_grid = 0, not_k = 0, coords = 0;
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    const A released = dp.sat_direction()[j] * expected_batch;  // exact: L is a power of two
+    std::vector<std::int64_t> k(released.size());
+    fill_discrete_gaussian(noise_copy, grid.scale, k.data(), k.size());
+    for (std::size_t i = 0; i < released.size(); ++i, ++coords) {
+      const double steps = released.data()[i] / grid.grid;
+      off_grid += steps != std::nearbyint(steps);
+      const double m = std::nearbyint(sum.sum[j].data()[i] / grid.grid);
+      not_k += steps - m != double(k[i]);
+    }
+  }
+  CHECK(coords == 2040);
+  CHECK(off_grid == 0);
+  CHECK(not_k == 0);
+}
+
+TEST_CASE("dp optimizer: a noise multiplier too large for the grid's allowance is refused") {
+  FastRng init(31);
+  ReproducibleRng noise(32), aux(33);
+  ClaimedRate sampler(0.01, 4);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto strategy = make_clip_strategy<double>("ghost");
+  // grid ~ sigma C 2^-24.5: grid sqrt(2040) reaches C / 2 near sigma = 2^24.5 / (2 sqrt(2040))
+  CHECK_NOTHROW(DPOptimizerT<double>(*model, sgd, *strategy, {1.0, 1e4}, sampler, noise, aux, nullptr));
+  CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *strategy, {1.0, 1e6}, sampler, noise, aux, nullptr),
+                       doctest::Contains("too large for the noise grid"), std::invalid_argument);
 }
