@@ -178,7 +178,7 @@ TEST_CASE("dpgrad-account --curve: bad input exits with status 2 and names --cur
                                        "--epochs 3 --curve");
   CHECK(bad_delta.status == 2);
   CHECK(bad_delta.text.find("--delta") != std::string::npos);
-  const Output jl_rdp = run_account(small + " --epochs 3 --curve --jl-dim 5");
+  const Output jl_rdp = run_account(small + " --epochs 3 --curve --jl-dim 5 --accountant rdp");
   CHECK(jl_rdp.status == 2);
   CHECK(jl_rdp.text.find("--jl-dim") != std::string::npos);
 }
