@@ -1,4 +1,5 @@
-// Default accountant per sampler and the epochs-to-steps count shared by the programs.
+// Default accountant per sampler and the epochs-to-steps count shared by the
+// programs, so that a run's steps and its calculator's steps are the same number.
 #include "privacy/schedule.hpp"
 
 #include <cmath>
