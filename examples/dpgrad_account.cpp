@@ -2,11 +2,16 @@
 // epochs or steps) it prints the (epsilon, delta) of any accountant, or, with
 // --target-epsilon, the smallest noise multiplier that reaches that epsilon, or,
 // with --curve, the epsilon after each epoch 1..E (privacy curves, Bu et al. 2021 Fig. 3).
-// Exit status: 0 ok, 2 invalid input (message on stderr), 1 internal error.
+// Figures that are not upper bounds (gdp, the JL paper's pair) appear only labelled,
+// beside a sound one. Exit status: 0 ok, 2 invalid input (message on stderr), 1 internal error.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <exception>
 #include <iostream>
 #include <limits>
@@ -26,6 +31,7 @@
 #include "privacy/calibration.hpp"
 #include "privacy/gdp.hpp"
 #include "privacy/rdp.hpp"
+#include "privacy/schedule.hpp"
 #include "privacy/shuffle.hpp"
 
 #include "privacy/pld.hpp"
@@ -44,6 +50,7 @@ constexpr long kMaxCurveEpochs = 100000;  // --curve prints one line per epoch
 std::optional<double> pld_error_bound(const Accountant& a, double delta) {
   if (const auto* p = dynamic_cast<const PldAccountant*>(&a)) {
     const auto [lower, upper] = p->epsilon_bounds(delta);
+    if (!std::isfinite(upper)) return std::nullopt;  // nothing finite to bound
     return upper - lower;
   }
   return std::nullopt;
@@ -56,18 +63,58 @@ nlohmann::json number_or_inf(double x) {
 
 std::string fmt_eps(double x) { return format_epsilon(x); }
 
+using Factory = std::function<std::unique_ptr<Accountant>()>;
+
+/// A figure printed beside the run's own: the sound pld figure beside gdp, or the JL
+/// paper's pair (not an upper bound) beside the sound JL figure.
+struct Companion {
+  Factory make;
+  std::string key;    // JSON field
+  std::string label;  // for people
+};
+
+/// CLI11 converts integers with strtoll, which saturates silently: check the text first.
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        long long v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc::result_out_of_range)
+          return "'" + text + "' is out of range (at most " + std::to_string(std::numeric_limits<long>::max()) + ")";
+        if (ec != std::errc() || ptr != end) return "'" + text + "' is not a whole number";
+        return "";
+      },
+      "INT");
+}
+
+/// A real number that strtod represents without overflow or underflow.
+CLI::Validator real_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size()) return "'" + text + "' is not a number";
+        if (errno == ERANGE)
+          return "'" + text + "' is out of the range of double precision (" +
+                 (std::abs(v) > 1 ? "overflows" : "underflows") + ")";
+        return "";
+      },
+      "REAL");
+}
+
 const char* describe(const std::string& name) {
   if (name == "rdp") return "Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019)";
   if (name == "pld") return "privacy loss distribution, numerical (upper bound)";
-  if (name == "gdp") return "Gaussian DP by the central limit theorem (Bu, Dong, Long, Su 2019)";
+  if (name == "gdp") return "Gaussian DP by the central limit theorem (Bu, Dong, Long, Su 2019): an approximation, not an upper bound";
   if (name == "wor") return "Renyi DP, batches without replacement (Wang, Balle, Kasiviswanathan 2019)";
   return "Renyi DP, shuffled passes stopped at a fraction f (Berthier et al. 2019)";
 }
 
 /// The epsilon a plain run of `steps` steps prints: a fresh accountant, one ledger entry.
-double account_once(const std::string& name, const AccountantOptions& opts, double q, double sigma,
-                    long steps, int jl_dim, double delta) {
-  auto acc = make_accountant(name, opts);
+double account_once(const Factory& make, double q, double sigma, long steps, int jl_dim, double delta) {
+  auto acc = make();
   acc->step(q, sigma, steps, jl_dim);
   return acc->epsilon(delta);
 }
@@ -82,8 +129,8 @@ double account_once(const std::string& name, const AccountantOptions& opts, doub
 /// If the first and last epochs prove no finite epsilon, every epoch is printed inf
 /// without being computed (inf is always a valid bound; this skips the slowest case,
 /// DP-SGD-JL with K = 1).
-std::vector<double> epsilon_curve(const std::string& name, const AccountantOptions& opts, double q,
-                                  double sigma, const std::vector<long>& steps, int jl_dim, double delta) {
+std::vector<double> epsilon_curve(const Factory& make, double q, double sigma, const std::vector<long>& steps,
+                                  int jl_dim, double delta) {
   const std::size_t epochs = steps.size();
   std::vector<double> eps(epochs, std::numeric_limits<double>::infinity());
   // Runs the epochs in `todo` (indices into steps) on up to hardware_concurrency threads.
@@ -94,7 +141,7 @@ std::vector<double> epsilon_curve(const std::string& name, const AccountantOptio
     auto work = [&](std::size_t w) {
       try {
         for (std::size_t i; (i = next++) < todo.size();)
-          eps[todo[i]] = account_once(name, opts, q, sigma, steps[todo[i]], jl_dim, delta);
+          eps[todo[i]] = account_once(make, q, sigma, steps[todo[i]], jl_dim, delta);
       } catch (...) {
         errors[w] = std::current_exception();
         next = todo.size();
@@ -120,13 +167,17 @@ std::vector<double> epsilon_curve(const std::string& name, const AccountantOptio
 /// --curve output: epsilon after each epoch (steps[e-1] steps after epoch e), as a
 /// table or as one JSON object with arrays. `acc` holds the whole run's ledger (or
 /// none when sigma = 0) and is only asked for its settings.
-int print_curve(const Accountant& acc, const AccountantOptions& opts, double q, double sigma, int jl_dim,
-                double delta, const std::vector<long>& steps, bool json) {
+int print_curve(const Accountant& acc, const Factory& make, const std::optional<Companion>& companion,
+                const AccountantOptions& opts, double q, double sigma, int jl_dim, double delta,
+                const std::vector<long>& steps, bool json) {
   const std::string name = acc.name();
   // No noise: no finite epsilon at any delta < 1 (the accountants refuse sigma = 0).
-  const std::vector<double> eps = sigma == 0.0
-      ? std::vector<double>(steps.size(), std::numeric_limits<double>::infinity())
-      : epsilon_curve(name, opts, q, sigma, steps, jl_dim, delta);
+  auto curve_of = [&](const Factory& f) {
+    return sigma == 0.0 ? std::vector<double>(steps.size(), std::numeric_limits<double>::infinity())
+                        : epsilon_curve(f, q, sigma, steps, jl_dim, delta);
+  };
+  const std::vector<double> eps = curve_of(make);
+  const std::vector<double> other = companion ? curve_of(companion->make) : std::vector<double>{};
   const auto* shuffle = dynamic_cast<const ShuffleAccountant*>(&acc);
   const bool gdp = dynamic_cast<const GdpAccountant*>(&acc) != nullptr;
 
@@ -153,6 +204,12 @@ int print_curve(const Accountant& acc, const AccountantOptions& opts, double q, 
       j["epoch_fraction"] = opts.epoch_fraction;
       j["steps_per_epoch"] = shuffle->steps_per_epoch();
     }
+    if (companion) {
+      nlohmann::json c = nlohmann::json::array();
+      for (double e : other) c.push_back(number_or_inf(e));
+      j[companion->key] = c;
+      j[companion->key + "_label"] = companion->label;
+    }
     fmt::print("{}\n", j.dump());
     return 0;
   }
@@ -169,9 +226,11 @@ int print_curve(const Accountant& acc, const AccountantOptions& opts, double q, 
   else
     fmt::print("steps            ceil(e x {} / {}) after epoch e\n", opts.dataset_size, opts.batch_size);
   if (gdp) fmt::print("note             {}: the CLT can under-state epsilon for few steps\n", kGdpLabel);
-  fmt::print("{:>6}  {:>10}  {}\n", "epoch", "steps", "epsilon");
+  if (companion) fmt::print("last column      {}\n", companion->label);
+  fmt::print("{:>6}  {:>10}  {}{}\n", "epoch", "steps", "epsilon", companion ? "  " + companion->key : "");
   for (std::size_t e = 0; e < steps.size(); ++e)
-    fmt::print("{:>6}  {:>10}  {}\n", e + 1, steps[e], fmt_eps(eps[e]));
+    fmt::print("{:>6}  {:>10}  {}{}\n", e + 1, steps[e], fmt_eps(eps[e]),
+               companion ? "  " + fmt_eps(other[e]) : std::string());
   return 0;
 }
 
@@ -181,19 +240,28 @@ int run(int argc, char** argv) {
   dpgrad::name_cli_errors(app, "dpgrad-account");
   long n = 0, batch = 0, steps_opt = 0;
   double sigma = -1.0, epochs = 0.0, delta = 0.0, target = 0.0, fraction = 0.0;
-  std::string accountant = "rdp";
+  std::string accountant, sampler;
   int jl_dim = 0;
-  bool json = false, curve = false;
-  app.add_option("--dataset-size", n, "N, number of training examples")->required();
-  app.add_option("--batch-size", batch, "L, expected batch size (q = L / N)")->required();
-  auto* o_sigma = app.add_option("--noise-multiplier", sigma, "S, noise std / clipping norm");
-  auto* o_epochs = app.add_option("--epochs", epochs, "E, passes over the data (steps = ceil(E N / L))");
-  auto* o_steps = app.add_option("--steps", steps_opt, "T, number of steps");
-  app.add_option("--delta", delta, "D, target delta in (0, 1)")->required();
-  auto* o_target = app.add_option("--target-epsilon", target, "X: find the smallest S with epsilon <= X");
-  app.add_option("--accountant", accountant, "rdp (default), pld, gdp, wor or shuffle");
-  auto* o_jl = app.add_option("--jl-dim", jl_dim, "K: account DP-SGD-JL with K projections (pld only)");
-  auto* o_frac = app.add_option("--epoch-fraction", fraction, "F in (0, 1): shuffle stops each pass after F N examples");
+  bool json = false, curve = false, paper_pair = false;
+  app.add_option("--dataset-size", n, "N, number of training examples")->required()->check(whole_number());
+  app.add_option("--batch-size", batch, "L, expected batch size (q = L / N)")->required()->check(whole_number());
+  auto* o_sigma = app.add_option("--noise-multiplier", sigma, "S, noise std / clipping norm")->check(real_number());
+  auto* o_epochs = app.add_option("--epochs", epochs, "E, passes over the data (steps = ceil(E N / L))")
+                       ->check(real_number());
+  auto* o_steps = app.add_option("--steps", steps_opt, "T, number of steps")->check(whole_number());
+  app.add_option("--delta", delta, "D, target delta in (0, 1)")->required()->check(real_number());
+  auto* o_target = app.add_option("--target-epsilon", target, "X: find the smallest S with epsilon <= X")
+                       ->check(real_number());
+  auto* o_sampler = app.add_option("--sampler", sampler,
+                                   "poisson (default), fixed or shuffle: picks the default accountant");
+  auto* o_accountant = app.add_option(
+      "--accountant", accountant, "pld (default for poisson), rdp, gdp (approximation), wor (fixed), shuffle");
+  auto* o_jl = app.add_option("--jl-dim", jl_dim, "K: account DP-SGD-JL with K projections (pld only)")
+                   ->check(whole_number());
+  auto* o_paper = app.add_flag("--jl-paper-pair", paper_pair,
+                               "with --jl-dim: also print the JL paper's pair (not an upper bound; comparison)");
+  auto* o_frac = app.add_option("--epoch-fraction", fraction, "F in (0, 1): shuffle stops each pass after F N examples")
+                     ->check(real_number());
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--curve", curve,
                "print epsilon after each epoch 1..E (needs a whole number of --epochs; JSON: arrays)");
@@ -208,9 +276,21 @@ int run(int argc, char** argv) {
   }
 
   // ---- validation: every problem names the value ----
+  if (o_sampler->count() && sampler != "poisson" && sampler != "fixed" && sampler != "shuffle")
+    throw InvalidInput("unknown sampler '" + sampler + "' (expected poisson, fixed or shuffle)");
+  if (!o_sampler->count())  // the sampler an explicit accountant analyses, else Poisson
+    sampler = accountant == "wor" ? "fixed" : accountant == "shuffle" ? "shuffle" : "poisson";
+  if (!o_accountant->count()) accountant = default_accountant(sampler);
   if (accountant != "rdp" && accountant != "pld" && accountant != "gdp" && accountant != "wor" &&
       accountant != "shuffle")
     throw InvalidInput("unknown accountant '" + accountant + "' (expected rdp, pld, gdp, wor or shuffle)");
+  {
+    const std::string needs = accountant == "wor" ? "fixed" : accountant == "shuffle" ? "shuffle" : "poisson";
+    if (sampler != needs)
+      throw InvalidInput("--accountant " + accountant + " analyses " + needs + " sampling, not --sampler " + sampler);
+  }
+  if (o_paper->count() && !(jl_dim > 0 && accountant == "pld"))
+    throw InvalidInput("--jl-paper-pair needs --jl-dim K >= 1 with --accountant pld");
   if (n < 1) throw InvalidInput(fmt::format("--dataset-size must be >= 1, got {}", n));
   if (batch < 1) throw InvalidInput(fmt::format("--batch-size must be >= 1, got {}", batch));
   if (batch > n) throw InvalidInput(fmt::format("--batch-size {} is larger than --dataset-size {}", batch, n));
@@ -253,16 +333,28 @@ int run(int argc, char** argv) {
   }
   if (jl_dim > 0 && !acc->supports_jl())
     throw InvalidInput(fmt::format("--jl-dim is not supported by --accountant {} (DP-SGD-JL needs pld)", accountant));
+  const Factory make = [accountant, opts] { return make_accountant(accountant, opts); };
+  std::optional<Companion> companion;
+  if (!acc->upper_bound())
+    companion = Companion{[opts] { return make_accountant("pld", opts); }, "upper_bound_epsilon",
+                          "pld: privacy loss distribution, an upper bound (the figure to rely on)"};
+  if (paper_pair) {
+    PldAccountant::Options po;
+    po.jl_paper_pair = true;
+    companion = Companion{[po] { return std::make_unique<PldAccountant>(po); }, "paper_pair_epsilon",
+                          "paper pair (N(0,1), E_X N(Z,1)) of Bu et al. 2021: NOT an upper bound, comparison only"};
+  }
 
   // ---- steps and sampling rate ----
   const double q = static_cast<double>(batch) / static_cast<double>(n);
   // One epoch of the shuffle accountant is one pass stopped at F: floor(F N / L) steps.
   const long per_pass = accountant == "shuffle" ? dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch() : 0;
-  auto steps_after = [&](double e) {  // steps of e epochs, rounded up
-    const double exact = accountant == "shuffle" ? e * static_cast<double>(per_pass)
-                                                 : e * static_cast<double>(n) / static_cast<double>(batch);
-    if (!(exact < 9e18)) throw InvalidInput("too many steps");
-    return static_cast<long>(std::ceil(exact));
+  auto steps_after = [&](double e) {  // steps of e epochs, rounded up, as dpgrad-train counts them
+    try {
+      return steps_for_epochs(sampler, n, batch, e, accountant == "shuffle" ? fraction : 1.0);
+    } catch (const std::invalid_argument& ex) {
+      throw InvalidInput(std::string("--epochs: ") + ex.what());
+    }
   };
   long steps = steps_opt;
   std::string steps_note;
@@ -285,15 +377,14 @@ int run(int argc, char** argv) {
     }
     std::vector<long> curve_steps;  // after epochs 1..E
     for (long e = 1; e <= static_cast<long>(epochs); ++e) curve_steps.push_back(steps_after(static_cast<double>(e)));
-    return print_curve(*acc, opts, q, sigma, jl_dim, delta, curve_steps, json);
+    return print_curve(*acc, make, companion, opts, q, sigma, jl_dim, delta, curve_steps, json);
   }
 
   // ---- account (or calibrate) ----
   double epsilon;
   if (calibrate) {
     try {
-      const Calibration c = calibrate_noise_multiplier(
-          [&] { return make_accountant(accountant, opts); }, q, steps, target, delta, jl_dim);
+      const Calibration c = calibrate_noise_multiplier(make, q, steps, target, delta, jl_dim);
       sigma = c.noise_multiplier;
     } catch (const std::invalid_argument& e) {
       throw InvalidInput(e.what());
@@ -319,6 +410,9 @@ int run(int argc, char** argv) {
   const auto* gdp = dynamic_cast<const GdpAccountant*>(acc.get());
   const double mu = gdp ? (no_noise ? std::numeric_limits<double>::infinity() : gdp->mu()) : 0.0;
   const std::optional<double> error_bound = no_noise ? std::nullopt : pld_error_bound(*acc, delta);
+  std::optional<double> companion_eps;
+  if (companion) companion_eps = no_noise ? std::numeric_limits<double>::infinity()
+                                          : account_once(companion->make, q, sigma, steps, jl_dim, delta);
 
   // ---- output ----
   if (json) {
@@ -346,6 +440,10 @@ int run(int argc, char** argv) {
       j["approximation"] = kGdpLabel;
     }
     if (error_bound) j["error_bound"] = *error_bound;
+    if (companion) {
+      j[companion->key] = number_or_inf(*companion_eps);
+      j[companion->key + "_label"] = companion->label;
+    }
     if (accountant == "shuffle") {
       j["epoch_fraction"] = fraction;
       j["steps_per_epoch"] = dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch();
@@ -357,7 +455,10 @@ int run(int argc, char** argv) {
   if (calibrate)
     fmt::print("noise multiplier {:.6g}  (smallest found with epsilon <= {} at delta = {})\n", sigma, target, delta);
   fmt::print("epsilon          {}  (delta = {}){}\n", fmt_eps(epsilon), delta,
-             gdp ? "  -- approximation (CLT)" : "");
+             gdp ? "  -- approximation (CLT), not an upper bound" : "");
+  if (companion)
+    fmt::print("{:<17}{}  -- {}\n", companion->key == "paper_pair_epsilon" ? "paper pair" : "upper bound",
+               fmt_eps(*companion_eps), companion->label);
   fmt::print("accountant       {}: {}\n", accountant, describe(accountant));
   fmt::print("neighbouring     {}\n", to_string(acc->neighbouring()));
   if (steps_note.empty()) fmt::print("steps            {}\n", steps);

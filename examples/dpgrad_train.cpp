@@ -35,6 +35,7 @@
 #include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
+#include "privacy/schedule.hpp"
 
 using namespace dpgrad;
 using json = nlohmann::json;
@@ -43,7 +44,7 @@ namespace {
 
 struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
-  std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant = "rdp";
+  std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant;  // accountant "": the sampler's default
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
   std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
@@ -422,7 +423,8 @@ int run(Options o, const json* resumed) {
   require(o.epochs * double(per_epoch) <= 1e12,
           fmt::format("--epochs {} makes {:g} steps: more than this program can count", o.epochs,
                       o.epochs * double(per_epoch)));
-  long total_steps = std::max(1L, long(std::ceil(o.epochs * double(per_epoch))));
+  long total_steps = privacy::steps_for_epochs(sampler->name(), long(n), long(o.batch), o.epochs,
+                                               dp ? o.epoch_fraction : 1.0);
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   auto strategy = make_clip_strategy<float>(o.strategy, sampler->expected_batch_size());
   const double delta = o.delta.value_or(default_delta(n));
@@ -432,13 +434,19 @@ int run(Options o, const json* resumed) {
   aopts.batch_size = long(o.batch);
   aopts.epoch_fraction = o.epoch_fraction;
   double sigma = o.noise_multiplier.value_or(0.0);
+  if (o.accountant.empty()) o.accountant = privacy::default_accountant(sampler->name());
   if (dp) {
     check_accountant_matches(*sampler, o.accountant);
     accountant = privacy::make_accountant(o.accountant, aopts);
+    if (!accountant->upper_bound())
+      throw std::invalid_argument("--accountant " + o.accountant +
+                                  " is an approximation (CLT), not an upper bound: it can neither set the noise nor "
+                                  "be a run's epsilon; use pld (the default for poisson sampling), and compare with "
+                                  "dpgrad-account --accountant gdp");
     if (strategy->jl_dim() > 0 && !accountant->supports_jl())
       throw std::invalid_argument("the " + o.accountant + " accountant cannot analyse " + o.strategy +
                                   " (its clipping bound is random); use --accountant pld");
-    const double sens = strategy->sensitivity();
+    const double sens = privacy::accounted_sensitivity(strategy->sensitivity(), accountant->neighbouring());
     if (resumed) {  // the run's own sigma and length, never recalibrated
       sigma = resumed->at("noise_multiplier").get<double>();
       total_steps = resumed->at("total_steps").get<long>();
@@ -744,7 +752,7 @@ int main(int argc, char** argv) {
   app.add_option("--noise-multiplier", o.noise_multiplier, "sigma: noise std / C");
   app.add_option("--target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)");
   app.add_option("--delta", o.delta, "delta (default: 1/N rounded down to a power of ten)");
-  app.add_option("--accountant", o.accountant, "rdp, pld, gdp (poisson), wor (fixed), shuffle (shuffle)")->capture_default_str();
+  app.add_option("--accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)");
   app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
   app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
   app.add_flag("--reproducible-noise", o.reproducible_noise,

@@ -99,7 +99,9 @@ double DPOptimizerT<T>::expected_batch_size() const {
 
 template <class T>
 double DPOptimizerT<T>::accounted_noise_multiplier() const {
-  return config_.noise_multiplier / strategy_.sensitivity();
+  // Without an accountant: the add/remove figure.
+  const auto rel = accountant_ ? accountant_->neighbouring() : privacy::Neighbouring::add_remove;
+  return config_.noise_multiplier / privacy::accounted_sensitivity(strategy_.sensitivity(), rel);
 }
 
 template <class T>

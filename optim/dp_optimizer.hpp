@@ -64,7 +64,9 @@ class DPOptimizerT {
   DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig config,
                const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant);
   StepStats step(const BatchT<T>& batch);
-  /// The noise multiplier the accountant sees: sigma / sensitivity (microbatch: sigma / 2).
+  /// The noise multiplier the accountant sees (privacy::accounted_sensitivity): add/remove
+  /// accountants sigma / sensitivity (microbatch: sigma / 2); replace-one accountants
+  /// (wor, shuffle), whose 2C is built in, sigma for vanilla and microbatch alike.
   double accounted_noise_multiplier() const;
   /// Variance per coordinate of the noise in the gradient handed to the base
   /// optimizer: (sigma C / normaliser)^2; 0 when not private.

@@ -3,6 +3,7 @@
 // resumed run continues the same ledger with the same settings.
 #include "privacy/accountant.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -42,6 +43,12 @@ std::string format_epsilon(double epsilon, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", decimals, up);
   return buf;
+}
+
+double accounted_sensitivity(double s, Neighbouring n) {
+  if (!(s > 0) || !std::isfinite(s))
+    throw std::invalid_argument("sensitivity must be finite and > 0, got " + format_number(s));
+  return n == Neighbouring::add_remove ? s : std::min(s, 1.0);
 }
 
 std::string to_string(Neighbouring n) {

@@ -30,6 +30,9 @@ class Accountant {
   virtual Neighbouring neighbouring() const = 0;
   /// Only what the accountant can analyse soundly; others are refused in step().
   virtual bool supports_jl() const { return false; }
+  /// Whether epsilon()/delta() are proven upper bounds. Only those calibrate noise or
+  /// serve as a run's epsilon; approximations (gdp) and comparisons say false.
+  virtual bool upper_bound() const { return true; }
 
   /// Records `steps` steps at (q, sigma). Validates (throws std::invalid_argument
   /// naming the bad value); consecutive identical entries are merged.
@@ -52,6 +55,16 @@ class Accountant {
   virtual void validate(const Step& s) const;
   std::vector<Step> ledger_;
 };
+
+/// What a clipping strategy's noise multiplier is divided by before it reaches an
+/// accountant with relation `n`. `add_remove_sensitivity` is how far one example moves
+/// the clipped sum under add/remove-one, in units of C (1 vanilla, 2 microbatches: the
+/// clipped mean of its microbatch moves anywhere in the C-ball). add/remove accountants
+/// (rdp, pld) take sigma / that. Replace-one accountants (wor, shuffle) have the 2C of one
+/// clipped unit moving across the C-ball built in, which bounds replace-one for every
+/// strategy whose example moves one clipped unit (an example, or its microbatch): 2C for
+/// microbatches too, so they take sigma / min(s, 1). Throws for s <= 0 or not finite.
+double accounted_sensitivity(double add_remove_sensitivity, Neighbouring n);
 
 /// A number for error messages: `digits` significant digits (17: round trip).
 std::string format_number(double x, int digits = 17);

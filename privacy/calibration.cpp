@@ -79,7 +79,14 @@ Calibration calibrate_noise_multiplier(const std::function<std::unique_ptr<Accou
     throw std::invalid_argument("calibration: delta must be in (0, 1), got " + format_number(delta, 6));
   if (steps < 1) throw std::invalid_argument("calibration: steps must be >= 1, got " + std::to_string(steps));
   // Validate q, jl_dim once up front so a bad input fails with the accountant's own message.
-  make()->step(q, 1.0, steps, jl_dim);
+  auto probe = make();
+  if (!probe->upper_bound())
+    throw std::invalid_argument("calibration: the " + probe->name() +
+                                " accountant (as configured) gives no upper bound on epsilon (" +
+                                (probe->name() == "gdp" ? std::string("a CLT approximation")
+                                                        : std::string("a comparison figure")) +
+                                "); calibrate with an accountant that does, e.g. pld");
+  probe->step(q, 1.0, steps, jl_dim);
   return calibrate_sigma(
       [&](double sigma) {
         auto a = make();

@@ -28,7 +28,8 @@ Calibration calibrate_sigma(const std::function<double(double)>& epsilon_of_sigm
 
 /// Calibration for an accountant: each trial builds a fresh accountant with
 /// make_accountant(), records `steps` steps at (sampling_rate, sigma, jl_dim)
-/// and asks its epsilon(delta).
+/// and asks its epsilon(delta). Refuses (std::invalid_argument) an accountant whose
+/// upper_bound() is false: an approximation never sets the noise of a run.
 Calibration calibrate_noise_multiplier(const std::function<std::unique_ptr<Accountant>()>& make_accountant,
                                        double sampling_rate, long steps, double target_epsilon, double delta,
                                        int jl_dim = 0);

@@ -22,6 +22,7 @@ class GdpAccountant final : public Accountant {
  public:
   std::string name() const override { return "gdp"; }
   Neighbouring neighbouring() const override { return Neighbouring::add_remove; }
+  bool upper_bound() const override { return false; }  // a CLT approximation
 
   /// mu of the whole ledger: mu^2 = sum_i q_i^2 T_i (e^{1/sigma_i^2} - 1).
   double mu() const;

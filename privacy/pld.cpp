@@ -1,7 +1,8 @@
-// PLD accountant: each ledger entry's pair (remove and add direction) is cut into
-// cells at the loss grid levels, each cell's mass split onto the grid so that the
-// result dominates the true pair (connect-the-dots), composed by FFT with tails
-// truncated pessimistically, and delta/epsilon read off with all slack added.
+// PLD accountant: each ledger entry's pair (remove and add direction; DP-SGD-JL: a
+// mixture of pairs over cells of its chi-square factor) is cut into cells at the loss
+// grid levels, each cell's mass split onto the grid so that the result dominates the
+// true pair (connect-the-dots), composed by FFT with tails truncated pessimistically,
+// and delta/epsilon read off with all slack added.
 #include "privacy/pld.hpp"
 
 #include <algorithm>
@@ -360,11 +361,6 @@ class JlPair final : public PairModel {
   mutable double tail_error_ = 0;
 };
 
-std::unique_ptr<PairModel> make_pair(const Step& s, PldDirection dir) {
-  if (s.jl_dim == 0) return std::make_unique<GaussianPair>(s.sampling_rate, s.noise_multiplier, dir);
-  return std::make_unique<JlPair>(s.sampling_rate, s.noise_multiplier, s.jl_dim, dir);
-}
-
 // ------------------------------------------------------- one step, discretised
 
 /// Where a single step's distribution is cut: below y_lo (only if the loss is
@@ -575,6 +571,249 @@ StepPld discretise(const PairModel& m, const StepRange& r, double h, double rel_
   return out;
 }
 
+// ------------------------------------------- DP-SGD-JL as a mixture over X (sound)
+//
+// The directions v_1..v_K are shared by the whole batch, so the target's norm factor is
+// not independent of the others' contributions. Revealing X (a post-processing of what
+// the adversary may be given) makes every other example's clipped gradient the same in
+// both datasets; the target then adds a vector of norm at most Z(X) = sqrt(K / X) / sigma
+// in noise units. One step is dominated by P' = (X, N(0,1)), Q' = (X, (1-q) N(0,1) +
+// q N(Z(X),1)), whose loss distribution is the mixture over X of subsampled-Gaussian
+// ones (docs/privacy-accounting.md). X is cut into cells; each cell uses Z at its
+// small-X end (the larger Z dominates), so the mixture of discretised cells dominates.
+
+/// Regularised incomplete gamma functions P(a, x) and Q(a, x) = 1 - P(a, x), each with
+/// small relative error: the series (A&S 6.5.29) for x < a + 1, otherwise the continued
+/// fraction for Q (A&S 6.5.31) by the modified Lentz method.
+std::pair<double, double> gamma_pq(double a, double x) {
+  if (!(x > 0)) return {0.0, 1.0};
+  if (x == kInf) return {1.0, 0.0};
+  const double log_pre = a * std::log(x) - x - std::lgamma(a);
+  if (x < a + 1) {
+    double term = 1.0 / a, sum = term;
+    for (int n = 1; n < 100000; ++n) {
+      term *= x / (a + n);
+      sum += term;
+      if (term < sum * 1e-17) break;
+    }
+    const double p = std::min(1.0, std::exp(log_pre) * sum);
+    return {p, 1.0 - p};
+  }
+  constexpr double tiny = 1e-300;
+  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, f = d;
+  for (int i = 1; i < 100000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::abs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (std::abs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const double del = d * c;
+    f *= del;
+    if (std::abs(del - 1) < 1e-16) break;
+  }
+  const double q = std::min(1.0, std::exp(log_pre) * f);
+  return {1.0 - q, q};
+}
+
+/// Cells [x_i, x_{i+1}) of X ~ chi2_K: the first is [0, x_0) (Z unbounded there), the last
+/// [x_n, inf). Weights are the exact cell probabilities; z_worst (at x_i) and z_best (at
+/// x_{i+1}) bracket Z on the cell. Above Z = 8 cells widen (their loss lies far beyond any
+/// epsilon of interest, so their width costs nothing there).
+struct JlCells {
+  std::vector<double> weight, z_worst, z_best;  // z_worst = +inf for the first cell
+  double weight_error = 0;                      // bound on sum |computed - true weight|
+};
+
+JlCells jl_cells(int k, double sigma, double first_cell_mass, double ratio) {
+  const double a = 0.5 * k, cz = std::sqrt(static_cast<double>(k)) / sigma;
+  auto lower = [&](double x) { return gamma_pq(a, 0.5 * x).first; };
+  auto upper = [&](double x) { return gamma_pq(a, 0.5 * x).second; };
+  // x_0: P(X < x_0) <= first_cell_mass, by bisection in log x from the small-x asymptote.
+  const double guess = std::numbers::ln2 + (std::log(first_cell_mass) + std::lgamma(a + 1)) / a;
+  double lo = guess - 10, hi = guess + 10;
+  while (lower(std::exp(lo)) > first_cell_mass) lo -= 10;
+  while (lower(std::exp(hi)) <= first_cell_mass && hi < 50) hi += 10;
+  for (int it = 0; it < 200 && hi - lo > 1e-12; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (lower(std::exp(mid)) <= first_cell_mass ? lo : hi) = mid;
+  }
+  const double u0 = lo;
+  // x_max: P(X > x_max) <= 1e-17; the last cell reaches to infinity anyway.
+  double x_max = k + 20 * std::sqrt(2.0 * k) + 50;
+  while (upper(x_max) > 1e-17) x_max *= 1.5;
+  const double u_max = std::log(x_max);
+  std::vector<double> u{u0};
+  while (u.back() < u_max) {
+    const double z = cz * std::exp(-0.5 * u.back());
+    const double r = std::min(1.0, ratio * std::max(1.0, (z / 8.0) * (z / 8.0)));
+    u.push_back(u.back() + 2 * std::log1p(r));
+  }
+  JlCells c;
+  auto mass = [&](double x1, double x2) {  // P(x1 <= X < x2) from whichever tail avoids cancellation
+    if (0.5 * x2 < a + 1) return std::max(0.0, lower(x2) - lower(x1));
+    return std::max(0.0, upper(x1) - upper(x2));
+  };
+  c.weight.push_back(lower(std::exp(u0)));
+  c.z_worst.push_back(kInf);
+  c.z_best.push_back(cz * std::exp(-0.5 * u0));
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    const double x1 = std::exp(u[i]), x2 = i + 1 < u.size() ? std::exp(u[i + 1]) : kInf;
+    c.weight.push_back(mass(x1, x2));
+    c.z_worst.push_back(cz * std::exp(-0.5 * u[i]));
+    c.z_best.push_back(i + 1 < u.size() ? cz * std::exp(-0.5 * u[i + 1]) : 0.0);
+  }
+  // Each weight is a difference of two values with relative error ~1e-15.
+  c.weight_error = 4e-15 * static_cast<double>(c.weight.size());
+  return c;
+}
+
+void add_scaled(DiscretePld& acc, const DiscretePld& x, double w) {
+  acc.infinity_mass += w * x.infinity_mass;
+  if (x.mass.empty() || !(w > 0)) return;
+  const long x_end = x.offset + static_cast<long>(x.mass.size());
+  if (acc.mass.empty()) {
+    acc.offset = x.offset;
+    acc.mass.assign(x.mass.size(), 0.0);
+  }
+  const long acc_end = acc.offset + static_cast<long>(acc.mass.size());
+  if (x.offset < acc.offset || x_end > acc_end) {
+    const long lo = std::min(acc.offset, x.offset), hi = std::max(acc_end, x_end);
+    std::vector<double> m(static_cast<std::size_t>(hi - lo), 0.0);
+    std::copy(acc.mass.begin(), acc.mass.end(), m.begin() + (acc.offset - lo));
+    acc.mass = std::move(m);
+    acc.offset = lo;
+  }
+  for (std::size_t k = 0; k < x.mass.size(); ++k)
+    acc.mass[static_cast<std::size_t>(x.offset - acc.offset) + k] += w * x.mass[k];
+}
+
+void add_atom(DiscretePld& acc, long j, double m) {
+  DiscretePld one;
+  one.offset = j;
+  one.mass = {1.0};
+  add_scaled(acc, one, m);
+}
+
+/// Sensitivities (noise units) above this are accounted as unbounded: the loss of such a
+/// step exceeds ~kHugeZ^2 / 2 = 5e7 wherever the two distributions differ, far beyond any
+/// epsilon, and Z^2 would overflow near 1e154.
+constexpr double kHugeZ = 1e4;
+
+/// What one ledger entry contributes in one direction: a single pair (exact norms, or
+/// the paper's JL pair), or for DP-SGD-JL the mixture over the cells of X.
+class StepModel {
+ public:
+  StepModel(const Step& s, PldDirection dir, double tail, const PldAccountant::Options& o)
+      : q_(s.sampling_rate), dir_(dir) {
+    if (s.jl_dim > 0 && !o.jl_paper_pair) {
+      // Half the tail budget for the first cell (Z unbounded), half for the cells' ranges.
+      const JlCells cells = jl_cells(s.jl_dim, s.noise_multiplier, 0.5 * tail, o.jl_cell_ratio);
+      weight_error_ = cells.weight_error;
+      for (std::size_t i = 0; i < cells.weight.size(); ++i)
+        if (cells.weight[i] > 0) add_part(cells.weight[i], cells.z_worst[i], cells.z_best[i], 0.5 * tail, o);
+    } else if (s.jl_dim == 0 && 1.0 / s.noise_multiplier > kHugeZ) {
+      add_part(1.0, kInf, kInf, tail, o);  // (almost) no noise: as if none
+    } else {
+      Part p;
+      p.weight = 1;
+      p.worst = s.jl_dim == 0 ? std::unique_ptr<PairModel>(std::make_unique<GaussianPair>(q_, s.noise_multiplier, dir))
+                              : std::make_unique<JlPair>(q_, s.noise_multiplier, s.jl_dim, dir);
+      p.worst_range = find_range(*p.worst, tail, o.max_loss);
+      single_ = true;
+      parts_.push_back(std::move(p));
+    }
+    for (const Part& p : parts_) {
+      if (p.worst) {
+        loss_lo_ = std::min(loss_lo_, p.worst_range.loss_lo);
+        loss_hi_ = std::max(loss_hi_, p.worst_range.loss_hi);
+      }
+    }
+    if (!(loss_lo_ < loss_hi_)) {
+      loss_lo_ = std::min({loss_lo_, 0.0, q_ < 1 ? std::log1p(-q_) : 0.0});
+      loss_hi_ = std::max({loss_hi_, 1.0, q_ < 1 ? -std::log1p(-q_) : 0.0});
+    }
+  }
+
+  double loss_lo() const { return loss_lo_; }
+  double loss_hi() const { return loss_hi_; }
+
+  StepPld discretise(double h, double rel_width, bool with_lower) const {
+    if (single_) return dpgrad::privacy::discretise(*parts_[0].worst, parts_[0].worst_range, h, rel_width, with_lower);
+    StepPld out;
+    out.upper.grid_spacing = out.lower.grid_spacing = h;
+    out.slack = weight_error_;
+    for (const Part& p : parts_) {
+      if (p.worst) {
+        const StepPld one = dpgrad::privacy::discretise(*p.worst, p.worst_range, h, rel_width, false);
+        add_scaled(out.upper, one.upper, p.weight);
+        out.slack += p.weight * one.slack;
+      } else {
+        add_unbounded(out.upper, p.weight, h, true);
+      }
+      if (!with_lower) continue;
+      if (p.best) {
+        const StepPld one = dpgrad::privacy::discretise(*p.best, p.best_range, h, rel_width, true);
+        add_scaled(out.lower, one.lower, p.weight);
+      } else if (p.z_best == 0) {
+        add_atom(out.lower, 0, p.weight);  // Z = 0: both distributions equal
+      } else {
+        add_unbounded(out.lower, p.weight, h, false);
+      }
+    }
+    trim(out.upper);
+    if (with_lower) trim(out.lower);
+    return out;
+  }
+
+ private:
+  struct Part {
+    double weight = 0, z_best = 0;
+    std::unique_ptr<PairModel> worst, best;  // null: Z unbounded (worst) / z_best in {0, unbounded} (best)
+    StepRange worst_range, best_range;
+  };
+
+  void add_part(double weight, double z_worst, double z_best, double tail, const PldAccountant::Options& o) {
+    Part p;
+    p.weight = weight;
+    p.z_best = z_best;
+    if (z_worst <= kHugeZ) {
+      p.worst = std::make_unique<GaussianPair>(q_, 1.0 / z_worst, dir_);
+      p.worst->expensive = true;  // coarse cells far out: the mixture has many parts
+      p.worst_range = find_range(*p.worst, tail, o.max_loss);
+    }
+    if (z_best > 0 && z_best <= kHugeZ) {
+      p.best = std::make_unique<GaussianPair>(q_, 1.0 / z_best, dir_);
+      p.best->expensive = true;
+      p.best_range = find_range(*p.best, tail, o.max_loss);
+    }
+    parts_.push_back(std::move(p));
+  }
+
+  /// Z unbounded: remove: +inf with probability q, loss log(1-q) otherwise; add: loss
+  /// -log(1-q), the supremum of that direction's loss for every Z (+inf when q = 1).
+  /// Finite losses rounded up onto the grid (down for the optimistic companion).
+  void add_unbounded(DiscretePld& d, double w, double h, bool up) const {
+    auto index = [&](double loss) { return static_cast<long>(up ? std::ceil(loss / h) : std::floor(loss / h)); };
+    if (dir_ == PldDirection::remove) {
+      d.infinity_mass += w * q_;
+      if (q_ < 1) add_atom(d, index(std::log1p(-q_)), w * (1 - q_));
+    } else if (q_ < 1) {
+      add_atom(d, index(-std::log1p(-q_)), w);
+    } else {
+      d.infinity_mass += w;
+    }
+  }
+
+  double q_;
+  PldDirection dir_;
+  bool single_ = false;
+  std::vector<Part> parts_;
+  double weight_error_ = 0;
+  double loss_lo_ = kInf, loss_hi_ = -kInf;
+};
+
 // ---------------------------------------------------------------- composition
 
 /// Convolution of two PLDs on the same grid; infinity atoms compose as
@@ -714,6 +953,7 @@ void check_options(const PldAccountant::Options& o) {
   if (!(o.max_loss >= 1 && o.max_loss <= 1e6)) bad("max_loss", o.max_loss, "in [1, 1e6]");
   if (!(o.relative_cell_width > 0 && o.relative_cell_width <= 0.1))
     bad("relative_cell_width", o.relative_cell_width, "in (0, 0.1]");
+  if (!(o.jl_cell_ratio >= 1e-5 && o.jl_cell_ratio <= 0.5)) bad("jl_cell_ratio", o.jl_cell_ratio, "in [1e-5, 0.5]");
 }
 
 /// Mean and variance of the finite part of a PLD.
@@ -747,6 +987,7 @@ PldAccountant::PldAccountant(const PldAccountant& other) : Accountant(other), op
 std::string PldAccountant::name() const { return "pld"; }
 Neighbouring PldAccountant::neighbouring() const { return Neighbouring::add_remove; }
 bool PldAccountant::supports_jl() const { return true; }
+bool PldAccountant::upper_bound() const { return !options_.jl_paper_pair; }
 
 std::unique_ptr<Accountant> PldAccountant::clone() const { return std::make_unique<PldAccountant>(*this); }
 
@@ -777,14 +1018,12 @@ std::shared_ptr<const PldAccountant::Composed> PldAccountant::composed(double bu
       0.5 * budget / static_cast<double>(2 * std::max<long>(total, 1) + static_cast<long>(ledger_.size()));
   const Options& o = options_;
 
-  // Pairs and their ranges.
-  std::vector<std::array<std::unique_ptr<PairModel>, 2>> pairs(ledger_.size());
-  std::vector<std::array<StepRange, 2>> ranges(ledger_.size());
+  // Each entry's single step, both directions.
+  std::vector<std::array<std::unique_ptr<StepModel>, 2>> models(ledger_.size());
   for (std::size_t i = 0; i < ledger_.size(); ++i)
-    for (int d = 0; d < 2; ++d) {
-      pairs[i][d] = make_pair(ledger_[i], d == 0 ? PldDirection::remove : PldDirection::add);
-      ranges[i][d] = find_range(*pairs[i][d], tail_step, o.max_loss);
-    }
+    for (int d = 0; d < 2; ++d)
+      models[i][d] = std::make_unique<StepModel>(ledger_[i], d == 0 ? PldDirection::remove : PldDirection::add,
+                                                 tail_step, o);
   // Grid spacing: the composed distribution must fit in max_grid_points. Its extent is
   // estimated from a coarse discretisation (mean and spread of the sum) plus the
   // widest single-step range (heavy tails reach that far).
@@ -792,14 +1031,14 @@ std::shared_ptr<const PldAccountant::Composed> PldAccountant::composed(double bu
   for (int d = 0; d < 2; ++d) {
     double mean = 0, var = 0, lo = kInf, hi = -kInf;
     for (std::size_t i = 0; i < ledger_.size(); ++i) {
-      const StepRange& r = ranges[i][d];
-      const double h0 = std::max(o.grid_spacing, (r.loss_hi - r.loss_lo) / 1000.0);
-      const StepPld coarse = discretise(*pairs[i][d], r, h0, std::max(o.relative_cell_width, 0.02), false);
+      const StepModel& sm = *models[i][d];
+      const double h0 = std::max(o.grid_spacing, (sm.loss_hi() - sm.loss_lo()) / 1000.0);
+      const StepPld coarse = sm.discretise(h0, std::max(o.relative_cell_width, 0.02), false);
       const auto [m, v] = moments(coarse.upper);
       mean += static_cast<double>(ledger_[i].count) * m;
       var += static_cast<double>(ledger_[i].count) * v;
-      lo = std::min(lo, r.loss_lo);
-      hi = std::max(hi, r.loss_hi);
+      lo = std::min(lo, sm.loss_lo());
+      hi = std::max(hi, sm.loss_hi());
     }
     extent = std::max(extent, (hi - lo) + std::abs(mean) + 16.0 * std::sqrt(var));
   }
@@ -811,7 +1050,7 @@ std::shared_ptr<const PldAccountant::Composed> PldAccountant::composed(double bu
     bool first = true;
     double err_up = 0, err_lw = 0, slack = 0;
     for (std::size_t i = 0; i < ledger_.size(); ++i) {
-      const StepPld one = discretise(*pairs[i][d], ranges[i][d], h, o.relative_cell_width, with_lower);
+      const StepPld one = models[i][d]->discretise(h, o.relative_cell_width, with_lower);
       slack += static_cast<double>(ledger_[i].count) * one.slack;
       DiscretePld pu = power(one.upper, ledger_[i].count, true, tail_conv, o.max_grid_points, err_up);
       up = first ? std::move(pu) : compose(up, pu, true, tail_conv, o.max_grid_points, err_up);
@@ -897,7 +1136,10 @@ nlohmann::json PldAccountant::to_json() const {
                   {"tail_fraction", options_.tail_fraction},
                   {"max_grid_points", options_.max_grid_points},
                   {"max_loss", options_.max_loss},
-                  {"relative_cell_width", options_.relative_cell_width}};
+                  {"relative_cell_width", options_.relative_cell_width},
+                  {"jl_cell_ratio", options_.jl_cell_ratio},
+                  {"jl_paper_pair", options_.jl_paper_pair}};
+  if (options_.jl_paper_pair) j["not_an_upper_bound"] = "DP-SGD-JL accounted with the paper pair (comparison only)";
   return j;
 }
 
@@ -921,6 +1163,13 @@ std::unique_ptr<PldAccountant> PldAccountant::from_json(const nlohmann::json& j)
     get("max_grid_points", o.max_grid_points);
     get("max_loss", o.max_loss);
     get("relative_cell_width", o.relative_cell_width);
+    get("jl_cell_ratio", o.jl_cell_ratio);
+    if (jo.contains("jl_paper_pair")) {
+      if (!jo["jl_paper_pair"].is_boolean())
+        throw std::invalid_argument("PldAccountant::from_json: option jl_paper_pair is not a boolean: " +
+                                    jo["jl_paper_pair"].dump());
+      o.jl_paper_pair = jo["jl_paper_pair"].get<bool>();
+    }
   }
   auto acc = std::make_unique<PldAccountant>(o);
   if (j.contains("ledger")) {

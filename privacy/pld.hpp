@@ -1,8 +1,8 @@
 // Tight numerical accounting with privacy loss distributions (PLD) for the
-// Poisson-subsampled Gaussian and for DP-SGD-JL (Bu et al. 2021, Thm 4.1): each
-// step's loss is discretised pessimistically on a uniform grid (connect-the-dots,
-// Doroshenko et al. 2022) and the steps are composed by FFT (Koskela, Jalko,
-// Honkela 2020; Gopi, Lee, Wutschitz 2021). Every numerical error rounds upwards.
+// Poisson-subsampled Gaussian and for DP-SGD-JL (as a mixture over the revealed
+// chi-square factor, docs/privacy-accounting.md): each step's loss is discretised
+// pessimistically on a uniform grid (connect-the-dots, Doroshenko et al. 2022) and the
+// steps are composed by FFT (Koskela, Jalko, Honkela 2020; Gopi, Lee, Wutschitz 2021).
 #pragma once
 
 #include <memory>
@@ -35,7 +35,8 @@ double pld_epsilon(const DiscretePld& pld, double delta, double extra = 0);
 
 /// The pair whose PLD a step contributes. add/remove neighbours give two pairs
 /// (Zhu, Dong, Wang 2022, Prop. 30): remove = (mixture, N(0,1)), add = (N(0,1), mixture),
-/// mixture = (1-q) N(0,1) + q E[N(Z,1)], Z = 1/sigma (jl_dim 0) or sqrt(K/X)/sigma, X ~ chi2_K.
+/// mixture = (1-q) N(0,1) + q N(Z,1), Z = 1/sigma (jl_dim 0). DP-SGD-JL (jl_dim K): the
+/// pair (X, N(0,1)) against (X, mixture with Z = sqrt(K/X)/sigma), X ~ chi2_K revealed.
 enum class PldDirection { remove, add };
 
 class PldAccountant final : public Accountant {
@@ -54,6 +55,14 @@ class PldAccountant final : public Accountant {
     /// JL only: beyond the first 4000 grid levels either side of 0, loss cells are
     /// this wide relative to |loss| (each split pessimistically onto the grid).
     double relative_cell_width = 2e-3;
+    /// JL only: cells of X are cut so that Z varies by at most this ratio - 1 inside a
+    /// cell (below Z = 8 noise units; wider above). Any value is sound; smaller is tighter.
+    double jl_cell_ratio = 2e-3;
+    /// JL only: account the pair (N(0,1), E_X N(Z,1)) of Bu et al. 2021 (Thm 4.1) instead.
+    /// That pair treats the target's factor as independent of the batch: it is NOT an
+    /// upper bound for DP-SGD-JL (docs/privacy-accounting.md) and is kept for comparison
+    /// only; upper_bound() is false with it, so it never calibrates sigma.
+    bool jl_paper_pair = false;
   };
 
   PldAccountant();
@@ -64,6 +73,7 @@ class PldAccountant final : public Accountant {
   std::string name() const override;            // "pld"
   Neighbouring neighbouring() const override;   // add_remove
   bool supports_jl() const override;            // true
+  bool upper_bound() const override;            // false only with jl_paper_pair
   double epsilon(double delta) const override;  // upper bound, +inf if none
   double delta(double epsilon) const override;  // upper bound
   /// (optimistic lower, pessimistic upper) bounds on the epsilon of the exact

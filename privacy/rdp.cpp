@@ -171,8 +171,37 @@ RdpEpsilon RdpCurveAccountant::epsilon_details(double delta) const {
     rdp_to_epsilon(orders_, std::vector<double>(orders_.size(), 0.0), delta);
     return {0.0, std::numeric_limits<double>::quiet_NaN(), RdpConversion::tight};
   }
-  return rdp_to_epsilon(orders_, rdp(), delta);
+  RdpEpsilon best = rdp_to_epsilon(orders_, rdp(), delta);
+  if (!std::isfinite(best.epsilon) || std::isnan(rdp_at(best.order))) return best;
+  // Golden-section search for the best real order between the grid neighbours of the winner.
+  const auto it = std::lower_bound(orders_.begin(), orders_.end(), best.order);
+  double lo = it == orders_.begin() ? 1.0 + 0.5 * (best.order - 1.0) : *(it - 1);
+  double hi = it + 1 == orders_.end() ? 2.0 * best.order : *(it + 1);
+  auto at = [&](double a) { return rdp_to_epsilon({a}, {rdp_at(a)}, delta); };
+  constexpr double kInvPhi = 0.6180339887498949;
+  double a1 = hi - kInvPhi * (hi - lo), a2 = lo + kInvPhi * (hi - lo);
+  RdpEpsilon e1 = at(a1), e2 = at(a2);
+  for (int it2 = 0; it2 < 40 && hi - lo > 1e-6 * best.order; ++it2) {
+    if (e1.epsilon <= e2.epsilon) {
+      hi = a2;
+      a2 = a1;
+      e2 = e1;
+      a1 = hi - kInvPhi * (hi - lo);
+      e1 = at(a1);
+    } else {
+      lo = a1;
+      a1 = a2;
+      e1 = e2;
+      a2 = lo + kInvPhi * (hi - lo);
+      e2 = at(a2);
+    }
+    if (e1.epsilon < best.epsilon) best = e1;
+    if (e2.epsilon < best.epsilon) best = e2;
+  }
+  return best;
 }
+
+double RdpCurveAccountant::rdp_at(double) const { return std::numeric_limits<double>::quiet_NaN(); }
 
 double RdpCurveAccountant::epsilon(double delta) const { return epsilon_details(delta).epsilon; }
 
@@ -190,7 +219,7 @@ nlohmann::json RdpCurveAccountant::to_json() const {
 // ---- RdpAccountant --------------------------------------------------------
 
 RdpAccountant::RdpAccountant(std::vector<double> orders)
-    : RdpCurveAccountant(orders.empty() ? default_rdp_orders() : std::move(orders), false) {}
+    : RdpCurveAccountant(orders.empty() ? default_rdp_orders() : orders, false), refine_(orders.empty()) {}
 
 std::vector<double> RdpAccountant::rdp() const {
   std::vector<double> total(orders_.size(), 0.0);
@@ -201,11 +230,26 @@ std::vector<double> RdpAccountant::rdp() const {
   return total;
 }
 
+double RdpAccountant::rdp_at(double order) const {
+  if (!refine_) return std::numeric_limits<double>::quiet_NaN();
+  double total = 0.0;
+  for (const Step& s : ledger_)
+    total += static_cast<double>(s.count) * rdp_subsampled_gaussian(s.sampling_rate, s.noise_multiplier, order);
+  return total;
+}
+
 std::unique_ptr<Accountant> RdpAccountant::clone() const { return std::make_unique<RdpAccountant>(*this); }
+
+nlohmann::json RdpAccountant::to_json() const {
+  nlohmann::json j = RdpCurveAccountant::to_json();
+  j["refine_order"] = refine_;
+  return j;
+}
 
 std::unique_ptr<RdpAccountant> RdpAccountant::from_json(const nlohmann::json& j) {
   std::vector<double> orders;
-  if (j.contains("orders")) orders = j.at("orders").get<std::vector<double>>();
+  const bool refine = j.contains("refine_order") && j.at("refine_order").get<bool>();
+  if (j.contains("orders") && !refine) orders = j.at("orders").get<std::vector<double>>();
   auto a = std::make_unique<RdpAccountant>(std::move(orders));
   replay_ledger(*a, j);
   return a;

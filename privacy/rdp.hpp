@@ -34,8 +34,14 @@ class RdpCurveAccountant : public Accountant {
 
   double epsilon(double delta) const override;
   double delta(double epsilon) const override;
-  /// epsilon(delta) with the order and the conversion that achieved it.
+  /// epsilon(delta) with the order and the conversion that achieved it: the best
+  /// order of the grid, then, where rdp_at() is available, a golden-section search
+  /// over real orders between the best order's grid neighbours (every order gives a
+  /// valid bound, so the search only ever improves it).
   RdpEpsilon epsilon_details(double delta) const;
+  /// Total RDP of the ledger at any real order > 1; NaN where the accountant has
+  /// no expression for non-grid orders (then no refinement).
+  virtual double rdp_at(double order) const;
 
   nlohmann::json to_json() const override;
 
@@ -48,15 +54,21 @@ class RdpCurveAccountant : public Accountant {
 /// Poisson subsampling, add/remove-one neighbours; the default accountant.
 class RdpAccountant final : public RdpCurveAccountant {
  public:
-  /// Empty orders: default_rdp_orders(). Orders must be finite and > 1.
+  /// Empty orders: default_rdp_orders(), with the best order refined over real orders
+  /// (epsilon_details). Given orders are used as they are. Orders must be finite and > 1.
   explicit RdpAccountant(std::vector<double> orders = {});
 
   std::string name() const override { return "rdp"; }
   Neighbouring neighbouring() const override { return Neighbouring::add_remove; }
   std::vector<double> rdp() const override;
+  double rdp_at(double order) const override;  // fractional orders: MTZ 2019 §3.3; NaN if not refining
 
+  nlohmann::json to_json() const override;  // adds "refine_order"
   std::unique_ptr<Accountant> clone() const override;
   static std::unique_ptr<RdpAccountant> from_json(const nlohmann::json& j);
+
+ private:
+  bool refine_ = false;
 };
 
 }  // namespace dpgrad::privacy

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Figure 3 of Bu et al. 2021 (DP-SGD-JL): epsilon after each epoch for JL dimensions
-# K = 1, 3, 5, 10, 30 and for exact DP-SGD, in the paper's IMDb setting, computed by
+# K = 1, 3, 5, 10, 30 (the sound account, and the paper's pair beside it, which is not an
+# upper bound) and for exact DP-SGD, in the paper's IMDb setting, computed by
 # `dpgrad-account --curve` and drawn with gnuplot. Builds nothing.
 #   examples/plots/figure3.sh [DPGRAD_ACCOUNT [OUTPUT.png]]
 # Writes OUTPUT.png and, next to it, OUTPUT's name with .dat (the numbers plotted).
@@ -26,12 +27,13 @@ mkdir -p "$(dirname "$out")"
 terminal=pngcairo
 [[ $(gnuplot -e 'set terminal' 2>&1) == *pngcairo* ]] || terminal=png
 
-# The epsilon column of one curve, one line per epoch ("inf" where none is proved);
-# the table's values are rounded up (never below what the accountant computed).
+# The epsilon column(s) of one curve, one line per epoch ("inf" where none is proved);
+# the table's values are rounded up. With --jl-paper-pair a second column holds the
+# paper pair's figure (a comparison, not an upper bound).
 curve() {
   "$account" --dataset-size $n --batch-size $batch --noise-multiplier $sigma --delta $delta \
     --epochs $epochs --curve "$@" |
-    awk 'table { print $3 } $1 == "epoch" && $2 == "steps" { table = 1 }'
+    awk 'table { out = $3; if (NF > 3) out = out " " $4; print out } $1 == "epoch" && $2 == "steps" { table = 1 }'
 }
 
 columns=() names=()
@@ -46,14 +48,16 @@ timed() {  # timed NAME ARGS...: runs one curve into a temporary column file
 }
 trap 'rm -f "${columns[@]}"' EXIT
 total=$SECONDS
-for k in "${jl_dims[@]}"; do timed "jl$k" --accountant pld --jl-dim "$k"; done
+for k in "${jl_dims[@]}"; do timed "jl$k jl${k}paper" --accountant pld --jl-dim "$k" --jl-paper-pair; done
 timed pld --accountant pld
 timed rdp --accountant rdp
 
 {
   echo "# epsilon after each epoch (upper bounds, rounded up; inf: none proved), delta = $delta"
   echo "# N = $n, batch = $batch (q = $batch/$n), noise multiplier = $sigma, add/remove-one neighbours"
-  echo "# jlK: DP-SGD-JL with K projections (PLD accountant); pld, rdp: exact per-sample norms"
+  echo "# jlK: DP-SGD-JL with K projections (PLD accountant, sound: X revealed, mixture over X)"
+  echo "# jlKpaper: the paper's pair (N(0,1), E_X N(Z,1)): NOT an upper bound, comparison only"
+  echo "# pld, rdp: exact per-sample norms"
   echo "# epoch ${names[*]}"
   paste -d ' ' <(seq 1 $epochs) "${columns[@]}"
 } >"$dat"
@@ -72,10 +76,12 @@ series() {  # series COLUMN LABEL STYLE
 colours=('#d62728' '#ff7f0e' '#2ca02c' '#1f77b4' '#9467bd')
 plots=()
 for i in "${!jl_dims[@]}"; do
-  plots+=("$(series $((i + 2)) "DP-SGD-JL(${jl_dims[i]}), PLD" \
+  plots+=("$(series $((2 * i + 2)) "DP-SGD-JL(${jl_dims[i]}), PLD (upper bound)" \
     "linespoints lw 2 pt 7 ps 0.7 lc rgb '${colours[i % ${#colours[@]}]}'")")
+  plots+=("$(series $((2 * i + 3)) "DP-SGD-JL(${jl_dims[i]}), paper pair (NOT an upper bound)" \
+    "lines lw 1.5 dt 3 lc rgb '${colours[i % ${#colours[@]}]}'")")
 done
-col=$((${#jl_dims[@]} + 2))
+col=$((2 * ${#jl_dims[@]} + 2))
 plots+=("$(series $col "DP-SGD, exact norms, PLD" "linespoints lw 2 pt 5 ps 0.7 lc rgb 'black'")")
 plots+=("$(series $((col + 1)) "DP-SGD, exact norms, RDP (reference)" "lines lw 1.5 dt 2 lc rgb 'gray40'")")
 plot_list=$(IFS=','; echo "${plots[*]}")
@@ -83,7 +89,7 @@ plot_list=$(IFS=','; echo "${plots[*]}")
 gnuplot <<EOF
 set terminal $terminal size 960,720 font 'sans,11'
 set output '$out'
-set title "Privacy of DP-SGD-JL against epochs (Bu et al. 2021, Fig. 3 setting: IMDb, N = $n, batch $batch)\nnoise multiplier $sigma, delta = $delta, $epochs epochs (chosen here)" noenhanced
+set title "Privacy of DP-SGD-JL against epochs (Bu et al. 2021, Fig. 3 setting: IMDb, N = $n, batch $batch)\nnoise multiplier $sigma, delta = $delta, $epochs epochs (chosen here); dotted: the paper's pair, not an upper bound" noenhanced
 set xlabel 'epoch' offset 0,0.3
 set ylabel 'epsilon at delta = $delta (upper bound)' noenhanced
 set logscale y

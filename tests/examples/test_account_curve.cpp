@@ -1,6 +1,7 @@
 // dpgrad-account --curve run as a user runs it: epsilon after each epoch never
 // decreases, ends where a plain run of the same epochs ends, orders DP-SGD-JL by
-// its JL dimension above exact DP-SGD, and bad input exits 2 naming --curve.
+// its JL dimension above exact DP-SGD (the paper's pair, labelled, below the sound
+// curve), and bad input exits 2 naming --curve.
 #include <sys/wait.h>
 
 #include <array>
@@ -177,7 +178,27 @@ TEST_CASE("dpgrad-account --curve: bad input exits with status 2 and names --cur
                                        "--epochs 3 --curve");
   CHECK(bad_delta.status == 2);
   CHECK(bad_delta.text.find("--delta") != std::string::npos);
-  const Output jl_rdp = run_account(small + " --epochs 3 --curve --jl-dim 5");
+  const Output jl_rdp = run_account(small + " --epochs 3 --curve --jl-dim 5 --accountant rdp");
   CHECK(jl_rdp.status == 2);
   CHECK(jl_rdp.text.find("--jl-dim") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-account --curve --jl-paper-pair: the paper's pair beside the sound curve, labelled") {
+  const nlohmann::json j =
+      json_of(run_account(small + " --accountant pld --curve --json --epochs 2 --jl-dim 10 --jl-paper-pair"));
+  const std::vector<double> sound = curve_of(j);
+  REQUIRE(j.contains("paper_pair_epsilon"));
+  CHECK(j["paper_pair_epsilon_label"].get<std::string>().find("NOT an upper bound") != std::string::npos);
+  REQUIRE(sound.size() == 2);
+  REQUIRE(j["paper_pair_epsilon"].size() == 2);
+  for (std::size_t e = 0; e < 2; ++e) {
+    CAPTURE(e);
+    CHECK(j["paper_pair_epsilon"][e].get<double>() < sound[e]);  // the pair under-states the leak
+  }
+  const Output table = run_account(small + " --accountant pld --epochs 1 --jl-dim 10 --jl-paper-pair");
+  REQUIRE(table.status == 0);
+  CHECK(table.text.find("paper pair") != std::string::npos);
+  CHECK(table.text.find("NOT an upper bound") != std::string::npos);
+  // Without --jl-dim the flag has nothing to compare: refused.
+  CHECK(run_account(small + " --accountant pld --epochs 1 --jl-paper-pair").status == 2);
 }

@@ -51,7 +51,7 @@ const std::string ok_args = " --dataset-size 60000 --batch-size 256 --noise-mult
 }  // namespace
 
 TEST_CASE("dpgrad-account: the TF Privacy tutorial point by RDP, in JSON") {
-  Run r = run(account + ok_args + " --json");
+  Run r = run(account + ok_args + " --accountant rdp --json");
   REQUIRE(r.status == 0);
   auto j = last_json(r.out);
   CHECK(j["accountant"] == "rdp");
@@ -74,7 +74,7 @@ TEST_CASE("dpgrad-account: every accountant names its relation; jl only with pld
   REQUIRE(jl.status == 0);
   auto e = last_json(jl.out)["epsilon"];
   CHECK((e == "inf" || (e.is_number() && e.get<double>() > 1000)));
-  Run bad = run(account + ok_args + " --jl-dim 5");
+  Run bad = run(account + ok_args + " --jl-dim 5 --accountant rdp");  // JL needs pld
   CHECK(bad.status == 2);
   Run cal = run(account + " --dataset-size 60000 --batch-size 256 --epochs 15 --delta 1e-5 --target-epsilon 2 --json");
   REQUIRE(cal.status == 0);
@@ -95,6 +95,13 @@ TEST_CASE("dpgrad-account: invalid input exits with status 2 and a message") {
       "--epoch-fraction 1.5",
       " --dataset-size 100 --batch-size 10 --noise-multiplier x --epochs 1 --delta 1e-5",
       " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --steps 99999999999999999999 --delta 1e-5",
+      " --dataset-size 99999999999999999999 --batch-size 10 --noise-multiplier 1 --steps 5 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1e999 --steps 5 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --epochs 1e400 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --epochs 1e300 --delta 1e-5",
+      " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --steps 5 --delta 1e-5 --jl-dim 99999999999",
+      " --dataset-size 100 --batch-size 10 --epochs 1 --delta 1e-5 --accountant gdp --target-epsilon 1",
   };
   for (const char* args : cases) {
     CAPTURE(args);
@@ -111,7 +118,7 @@ TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon w
   auto j = last_json(r.out);
   CHECK(j["final"] == true);
   CHECK(j["private"] == true);
-  CHECK(j["accountant"] == "rdp");
+  CHECK(j["accountant"] == "pld");  // the default for Poisson sampling
   CHECK(j["neighbouring"] == "add/remove-one");
   CHECK(j["epsilon"].get<double>() > 0);
   // private by default: secure noise, and nothing computed from the private data without noise
@@ -293,4 +300,58 @@ TEST_CASE("dpgrad-train: a missing dataset names the command that installs it") 
   Run r = run("DPGRAD_FASHION_MNIST=/nonexistent/fmnist " + train + " --dataset fashion-mnist");
   CHECK(r.status == 2);
   CHECK(r.out.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-account: overflowing counts are refused, not saturated") {
+  Run r = run(account + " --dataset-size 100 --batch-size 10 --noise-multiplier 1 --steps 99999999999999999999 "
+                        "--delta 1e-5");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("--steps") != std::string::npos);
+  CHECK(r.out.find("out of range") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-account: a vanishing noise multiplier claims no finite epsilon") {
+  for (const char* acc : {"rdp", "pld"}) {
+    CAPTURE(acc);
+    Run r = run(account + " --dataset-size 60000 --batch-size 256 --noise-multiplier 1e-300 --steps 10 --delta 1e-5 "
+                          "--json --accountant " + acc);
+    if (r.status == 0) CHECK(last_json(r.out)["epsilon"] == "inf");
+    else CHECK(r.status == 2);
+  }
+}
+
+TEST_CASE("dpgrad-account: gdp is labelled an approximation, beside the pld upper bound") {
+  Run r = run(account + ok_args + " --accountant gdp --json");
+  REQUIRE(r.status == 0);
+  auto j = last_json(r.out);
+  CHECK(j.contains("approximation"));
+  REQUIRE(j.contains("upper_bound_epsilon"));
+  CHECK(j["upper_bound_epsilon"].get<double>() > 0);
+  Run t = run(account + ok_args + " --accountant gdp");
+  CHECK(t.out.find("not an upper bound") != std::string::npos);
+  CHECK(t.out.find("upper bound") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: gdp is refused as a run's accountant; the default is pld for Poisson") {
+  // --target-epsilon 1 --accountant gdp used to calibrate sigma by the CLT (under-stating epsilon).
+  Run g = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                      "--clip-strategy ghost --target-epsilon 1 --accountant gdp");
+  CHECK(g.status == 2);
+  CHECK(g.out.find("not an upper bound") != std::string::npos);
+  Run f = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                      "--clip-strategy ghost --noise-multiplier 1 --sampler fixed --json");
+  REQUIRE(f.status == 0);
+  CHECK(last_json(f.out)["accountant"] == "wor");
+}
+
+TEST_CASE("dpgrad-train and dpgrad-account count the same steps for the same epochs") {
+  // synthetic: 2048 training examples; batch 100, 1.5 epochs: ceil(1.5 * 2048 / 100) = 31 steps.
+  Run t = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 100 "
+                      "--epochs 1.5 --clip-strategy ghost --noise-multiplier 1 --delta 1e-5 --json");
+  REQUIRE(t.status == 0);
+  Run a = run(account + " --dataset-size 2048 --batch-size 100 --noise-multiplier 1 --epochs 1.5 --delta 1e-5 --json");
+  REQUIRE(a.status == 0);
+  CHECK(last_json(t.out)["steps"] == 31);
+  CHECK(last_json(a.out)["steps"] == 31);
+  CHECK(last_json(t.out)["epsilon"].get<double>() == doctest::Approx(last_json(a.out)["epsilon"].get<double>()));
 }

@@ -399,3 +399,35 @@ TEST_CASE("dp optimizer: a noise multiplier too large for the grid's allowance i
   CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *strategy, {1.0, 1e6}, sampler, noise, aux, nullptr),
                        doctest::Contains("too large for the noise grid"), std::invalid_argument);
 }
+
+TEST_CASE("dp optimizer: microbatches count their 2C once, under add/remove and replace-one alike") {
+  // add/remove (rdp, pld): vanilla C, microbatch 2C, so sigma / 2. replace-one (wor, shuffle):
+  // 2C for both, already inside the accountants' formula, so sigma itself (not sigma / 2).
+  FastRng init(7), data(10);
+  ReproducibleRng noise(8), aux(9);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  BatchT<double> b;
+  b.inputs = test::randn<double>({4, 50}, data);
+  b.labels = {0, 1, 2, 3};
+  b.ids = {0, 1, 2, 3};
+  privacy::AccountantOptions opts;
+  opts.dataset_size = 1000;
+  opts.batch_size = 4;
+  opts.epoch_fraction = 0.5;
+  struct Case { std::string accountant, strategy; double sigma; };
+  for (auto c : {Case{"rdp", "ghost", 1.1}, Case{"rdp", "microbatch:2", 0.55}, Case{"pld", "microbatch:2", 0.55},
+                 Case{"wor", "ghost", 1.1}, Case{"wor", "microbatch:2", 1.1}, Case{"shuffle", "microbatch:2", 1.1}}) {
+    CAPTURE(c.accountant);
+    CAPTURE(c.strategy);
+    auto acc = privacy::make_accountant(c.accountant, opts);
+    auto strategy = make_clip_strategy<double>(c.strategy, 4);
+    const std::string sampling = c.accountant == "wor" ? "fixed" : c.accountant == "shuffle" ? "shuffle" : "poisson";
+    auto sampler = make_sampler(sampling, 1000, 4, 0.5);
+    DPOptimizerT<double> dp(*model, sgd, *strategy, {1.0, 1.1}, *sampler, noise, aux, acc.get());
+    dp.step(b);
+    REQUIRE(acc->ledger().size() == 1);
+    CHECK(acc->ledger()[0].noise_multiplier == doctest::Approx(c.sigma));
+    CHECK(dp.accounted_noise_multiplier() == doctest::Approx(c.sigma));
+  }
+}

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "privacy/conversions.hpp"
+#include "privacy/pld.hpp"
 #include "privacy/rdp.hpp"
 
 using namespace dpgrad::privacy;
@@ -103,11 +104,12 @@ TEST_CASE("rdp: monotone in sigma, q, order and steps") {
   // q -> 0: the RDP vanishes at every order, so epsilon falls to the floor the
   // conversion itself leaves at the largest order (256, tight conversion):
   // log(1 - 1/256) - (log 1e-5 + log 256)/255 = 0.0194890340925526 (by hand / python math).
-  RdpAccountant tiny;
+  // (The grid as given; the default accountant's refinement may go to order 512.)
+  RdpAccountant tiny(dpgrad::privacy::default_rdp_orders());
   tiny.step(1e-8, 5.0, 100);
   for (double r : tiny.rdp()) CHECK(r < 1e-10);
   CHECK(tiny.epsilon(1e-5) == doctest::Approx(0.019489034092552558).epsilon(1e-6));
-  RdpAccountant tinier;
+  RdpAccountant tinier(dpgrad::privacy::default_rdp_orders());
   tinier.step(1e-9, 5.0, 100);
   CHECK(tinier.epsilon(1e-5) <= tiny.epsilon(1e-5));
 }
@@ -116,8 +118,8 @@ TEST_CASE("rdp: the TF Privacy tutorial point") {
   // N = 60000, L = 256, sigma = 1.1, 60 epochs: ceil(60 * 60000 / 256) = 14063 steps, delta = 1e-5.
   // Reference (mpmath, 40 digits, same order grid, fractional orders by quadrature):
   // classic conversion 3.00921117299757 at order 9 (TF Privacy's tutorial: 3.01);
-  // tight conversion 2.59707951965663 at order 8.
-  RdpAccountant acc;
+  // tight conversion 2.59707951965663 at order 8. (The grid as given: no refinement.)
+  RdpAccountant acc(dpgrad::privacy::default_rdp_orders());
   acc.step(256.0 / 60000.0, 1.1, 14063);
   const RdpEpsilon best = acc.epsilon_details(1e-5);
   CHECK(best.epsilon == doctest::Approx(2.59707951965663).epsilon(1e-8));
@@ -134,6 +136,11 @@ TEST_CASE("rdp: the TF Privacy tutorial point") {
   // delta at the reported epsilon is back at (or just below) 1e-5.
   CHECK(acc.delta(best.epsilon) <= 1e-5 * (1 + 1e-9));
   CHECK(acc.delta(best.epsilon) > 0.9e-5);
+  // The default accountant refines the order: never worse than the grid.
+  RdpAccountant refined;
+  refined.step(256.0 / 60000.0, 1.1, 14063);
+  CHECK(refined.epsilon(1e-5) <= best.epsilon);
+  CHECK(refined.epsilon(1e-5) > 2.55);
 }
 
 TEST_CASE("rdp: heterogeneous ledgers add the curves of their entries") {
@@ -201,4 +208,29 @@ TEST_CASE("rdp: fractional orders sit between their integer neighbours over a wi
           CHECK(r >= lo * (1 - 1e-9));
         }
       }
+}
+
+TEST_CASE("rdp: the order is refined between grid orders (q 0.01024, sigma 1, 98 steps)") {
+  // Fractional orders reach 1.2254 here (delta 1e-5); the grid alone gave 1.2439.
+  dpgrad::privacy::RdpAccountant acc;
+  acc.step(256.0 / 25000.0, 1.0, 98);
+  const auto d = acc.epsilon_details(1e-5);
+  MESSAGE("epsilon " << d.epsilon << " at order " << d.order);
+  CHECK(d.epsilon == doctest::Approx(1.2254).epsilon(1e-3 / 1.2254));
+  CHECK(d.order != std::floor(d.order));  // a real order between grid points won
+  // The refined order's epsilon is recomputed from scratch at that order: the same bound.
+  dpgrad::privacy::RdpAccountant at_order({d.order});
+  at_order.step(256.0 / 25000.0, 1.0, 98);
+  CHECK(at_order.epsilon(1e-5) == doctest::Approx(d.epsilon).epsilon(1e-12));
+  // RDP is a looser analysis than the (tight, upper-bound) PLD: refined, still above it.
+  struct Case { double q, sigma; long steps; };
+  for (const Case c : {Case{256.0 / 25000.0, 1.0, 98}, Case{0.01, 0.8, 1000}, Case{0.1, 3.0, 50}, Case{1.0, 2.0, 10}}) {
+    CAPTURE(c.q);
+    CAPTURE(c.sigma);
+    dpgrad::privacy::RdpAccountant r;
+    dpgrad::privacy::PldAccountant p;
+    r.step(c.q, c.sigma, c.steps);
+    p.step(c.q, c.sigma, c.steps);
+    CHECK(r.epsilon(1e-5) >= p.epsilon(1e-5));
+  }
 }
