@@ -43,6 +43,7 @@ namespace {
 
 struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
+  std::string vocab_file;  // text: a public token list (empty: feature hashing)
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant = "rdp";
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
@@ -77,6 +78,7 @@ template <class O, class F>
 void for_each_run_option(O& o, F&& f) {
   f("model", o.model);
   f("dataset", o.dataset);
+  f("vocab-file", o.vocab_file);
   f("classes", o.classes);
   f("normalize", o.normalize);
   f("augment-views", o.augment_views);
@@ -358,6 +360,7 @@ int run(Options o, const json* resumed) {
   // ---- data and model
   data::DatasetOptions dopts;
   dopts.seed = o.seed;
+  dopts.vocab_file = o.vocab_file;
   data::DataSplit data = data::load_dataset(o.dataset, dopts);
   if (!o.classes.empty()) {
     require(o.classes.size() >= 2, "--classes needs at least two classes");
@@ -660,6 +663,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
+  app.add_option("--vocab-file", o.vocab_file,
+                 "text: token ids from this public token list (one token per line) instead of feature hashing");
   app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
   app.add_option("--normalize", o.normalize,
                  "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
@@ -756,7 +761,7 @@ int main(int argc, char** argv) {
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {
         // options added since older checkpoints were written keep their defaults, which such runs used
-        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale"};
+        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale", "vocab-file"};
         if (!stored.contains(flag) && added_later.count(flag)) return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])
