@@ -408,7 +408,7 @@ int run(Options o, const json* resumed) {
     augment.views = o.augment_views;
     augment.shift = o.augment_shift;
     augment.flip = !o.augment_no_flip;
-    augment.seed = o.seed;
+    augment.key = o.secure_rng ? data::random_hash_key() : data::hash_key_from_seed(o.seed);
   }
 
   // ---- sampling, privacy
