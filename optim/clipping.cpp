@@ -334,7 +334,7 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
     ClipResult<T> res;
     res.sum = zeros_like_params(ps);
     if (batch.size() > 0 && batch.ids.size() != batch.size())
-      throw std::invalid_argument("microbatch strategy needs the dataset index of every example (Batch::ids)");
+      throw std::invalid_argument("microbatch strategy needs the record id of every example (Batch::ids)");
     std::vector<std::vector<std::size_t>> members(m_ == 1 ? batch.examples() : count_);
     unsigned char key[crypto_shorthash_KEYBYTES] = {};
     for (std::size_t w = 0; m_ > 1 && w < sizeof(key); w += 8) {
