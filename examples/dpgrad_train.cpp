@@ -44,6 +44,7 @@ namespace {
 
 struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
+  std::string vocab_file;  // text: a public token list (empty: feature hashing)
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant;  // accountant "": the sampler's default
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
@@ -79,6 +80,7 @@ template <class O, class F>
 void for_each_run_option(O& o, F&& f) {
   f("model", o.model);
   f("dataset", o.dataset);
+  f("vocab-file", o.vocab_file);
   f("classes", o.classes);
   f("normalize", o.normalize);
   f("augment-views", o.augment_views);
@@ -366,6 +368,7 @@ int run(Options o, const json* resumed) {
   // ---- data and model
   data::DatasetOptions dopts;
   dopts.seed = o.seed;
+  dopts.vocab_file = o.vocab_file;
   data::DataSplit data = data::load_dataset(o.dataset, dopts);
   if (!o.classes.empty()) {
     require(o.classes.size() >= 2, "--classes needs at least two classes");
@@ -413,7 +416,7 @@ int run(Options o, const json* resumed) {
     augment.views = o.augment_views;
     augment.shift = o.augment_shift;
     augment.flip = !o.augment_no_flip;
-    augment.seed = o.seed;
+    augment.key = dp && !o.reproducible_noise ? data::random_hash_key() : data::hash_key_from_seed(o.seed);
   }
 
   // ---- sampling, privacy
@@ -709,6 +712,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
+  app.add_option("--vocab-file", o.vocab_file,
+                 "text: token ids from this public token list (one token per line) instead of feature hashing");
   app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
   app.add_option("--normalize", o.normalize,
                  "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
@@ -813,7 +818,7 @@ int main(int argc, char** argv) {
       for_each_run_option(o, [&](const char* flag, auto& v) {
         // options added since older checkpoints were written keep their defaults, which such runs used
         static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
-                                                       "reproducible-noise", "report-train-loss"};
+                                                       "reproducible-noise", "report-train-loss", "vocab-file"};
         if (!stored.contains(flag) && added_later.count(flag)) return;
         require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
         if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include <sodium.h>
+
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
 #include "engine/per_sample.hpp"
@@ -330,8 +332,24 @@ class JlStrategy final : public ClipStrategyT<T> {
   int k_, chunk_;
 };
 
-/// TF Privacy's microbatches, with examples assigned by id mod the number of
-/// microbatches so that one example moves one microbatch (MATH.md section 1).
+/// SipHash-2-4(key, id as 8 little-endian bytes) mod count.
+std::size_t microbatch_of(const unsigned char* key, std::int64_t id, std::size_t count) {
+  unsigned char msg[8], h[crypto_shorthash_BYTES];
+  for (std::size_t j = 0; j < 8; ++j) msg[j] = static_cast<unsigned char>(std::uint64_t(id) >> (8 * j));
+  crypto_shorthash(h, msg, sizeof(msg), key);
+  std::uint64_t z = 0;
+  for (int j = 7; j >= 0; --j) z = (z << 8) | h[j];
+  return std::size_t(z % count);
+}
+
+/// TF Privacy's microbatches, with examples assigned by a rule fixed per
+/// example, so that one example moves one microbatch (MATH.md section 1): each
+/// step draws a 16-byte key from `rng`, and the example with record id `id`
+/// joins microbatch SipHash-2-4(key, id) mod the number of microbatches. Its
+/// microbatch depends on its id and the key alone, not on its position or on
+/// any other example; the key is secret when `rng` is (docs/data-privacy.md).
+/// microbatch:1 clips every example alone (the per-sample rule), as the naive
+/// strategy does.
 template <class T>
 class MicrobatchStrategy final : public ClipStrategyT<T> {
  public:
@@ -340,15 +358,20 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
   std::string name() const override { return "microbatch:" + std::to_string(m_); }
   double sensitivity() const override { return 2.0; }
   double normaliser(double) const override { return double(count_); }
-  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     auto ps = model.parameters();
     ClipResult<T> res;
     res.sum = zeros_like_params(ps);
     if (batch.size() > 0 && batch.ids.size() != batch.size())
-      throw std::invalid_argument("microbatch strategy needs the dataset index of every example (Batch::ids)");
-    std::vector<std::vector<std::size_t>> members(count_);
+      throw std::invalid_argument("microbatch strategy needs the record id of every example (Batch::ids)");
+    std::vector<std::vector<std::size_t>> members(m_ == 1 ? batch.examples() : count_);
+    unsigned char key[crypto_shorthash_KEYBYTES] = {};
+    for (std::size_t w = 0; m_ > 1 && w < sizeof(key); w += 8) {
+      const std::uint64_t r = rng.next_u64();
+      for (std::size_t j = 0; j < 8; ++j) key[w + j] = static_cast<unsigned char>(r >> (8 * j));
+    }
     for (std::size_t i = 0; i < batch.examples(); ++i)
-      members[std::size_t(batch.ids[i * batch.views]) % count_].push_back(i);
+      members[m_ == 1 ? i : microbatch_of(key, batch.ids[i * batch.views], count_)].push_back(i);
     std::vector<T> norms;
     for (const auto& index : members) {
       if (index.empty()) continue;

@@ -5,19 +5,51 @@
 #include <stdexcept>
 #include <string>
 
+#include <sodium.h>
+
 namespace dpgrad::data {
 
 namespace {
 
-/// splitmix64's finaliser: a well-mixed 64-bit value from any 64-bit input.
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+void init_sodium() {
+  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
+}
+
+void put_le64(unsigned char* out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+/// SipHash-2-4(key, step || id || view) as a little-endian 64-bit number.
+std::uint64_t draw(const HashKey& key, std::uint64_t step, std::uint64_t id, std::uint64_t view) {
+  unsigned char msg[24], h[crypto_shorthash_BYTES];
+  put_le64(msg, step);
+  put_le64(msg + 8, id);
+  put_le64(msg + 16, view);
+  crypto_shorthash(h, msg, sizeof(msg), key.data());
+  std::uint64_t z = 0;
+  for (int i = 7; i >= 0; --i) z = (z << 8) | h[i];
+  return z;
 }
 
 }  // namespace
+
+HashKey random_hash_key() {
+  init_sodium();
+  HashKey k;
+  randombytes_buf(k.data(), k.size());
+  return k;
+}
+
+HashKey hash_key_from_seed(std::uint64_t seed) {
+  init_sodium();
+  static constexpr char kTag[] = "dpgrad-augment";
+  unsigned char msg[sizeof(kTag) - 1 + 8];
+  std::copy(kTag, kTag + sizeof(kTag) - 1, msg);
+  put_le64(msg + sizeof(kTag) - 1, seed);
+  HashKey k;
+  crypto_generichash(k.data(), k.size(), msg, sizeof(msg), nullptr, 0);
+  return k;
+}
 
 BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step) {
   if (a.views < 1 || a.views > 256) throw std::invalid_argument("augmentation: views must be in 1..256, not " + std::to_string(a.views));
@@ -41,8 +73,7 @@ BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, 
   r.inputs = ArrayT<float>::from_shape(shape);
   for (std::size_t i = 0; i < b; ++i) {
     for (std::size_t k = 0; k < a.views; ++k) {
-      std::uint64_t z = mix(mix(mix(a.seed ^ 0x6175676d656e74ULL) ^ step) ^ std::uint64_t(batch.ids[i]));
-      z = mix(z ^ std::uint64_t(k));
+      const std::uint64_t z = draw(a.key, step, std::uint64_t(batch.ids[i]), std::uint64_t(k));
       const bool flip = a.flip && (z & 1);
       const long span = 2 * s + 1;
       const long dy = long((z >> 8) % std::uint64_t(span)) - s, dx = long((z >> 32) % std::uint64_t(span)) - s;

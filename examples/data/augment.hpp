@@ -2,26 +2,41 @@
 // example becomes `views` rows, flipped and shifted at random, and the training
 // loss averages over them, so the one per-example gradient that is clipped sees
 // every view. Privacy is unchanged: an example still contributes one clipped
-// gradient per step, whatever its views.
+// gradient per step, whatever its views. Draws are keyed by the example's record
+// id and a per-run key, never by its position (docs/data-privacy.md).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "layers/module.hpp"
 
 namespace dpgrad::data {
 
+/// The key of a keyed hash (SipHash-2-4, libsodium crypto_shorthash).
+using HashKey = std::array<unsigned char, 16>;
+
+/// A key from the operating system's entropy (libsodium randombytes_buf):
+/// draws no one can predict or repeat.
+HashKey random_hash_key();
+/// A key derived from a seed (BLAKE2b, crypto_generichash, of "dpgrad-augment"
+/// and the seed's 8 little-endian bytes): repeatable draws, for runs that ask
+/// for reproducibility.
+HashKey hash_key_from_seed(std::uint64_t seed);
+
 struct ImageAugment {
   std::size_t views = 1;  // rows per example
   bool flip = true;       // mirror left-right with probability 1/2
   int shift = 2;          // translate by up to this many pixels along each axis (edge pixels repeat)
-  std::uint64_t seed = 0;
+  HashKey key{};          // the run's key: random_hash_key() or hash_key_from_seed(seed)
 };
 
 /// Each example of `batch` (inputs (B, ..., H, W), one view each, ids set) as
 /// a.views random views: (B * views, ..., H, W), batch.views = a.views. View k
-/// of the example with id `id` at step `step` depends only on (seed, step, id,
-/// k): repeatable, and the same after a resume, with no generator state to keep.
+/// of the example with record id `id` at step `step` is drawn from the 64 bits
+/// SipHash-2-4(key, step || id || k) (each as 8 little-endian bytes): it depends
+/// on nothing else, so no other example (its presence, position or content)
+/// changes it, and with the same key it is repeatable, also after a resume.
 BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step);
 
 }  // namespace dpgrad::data

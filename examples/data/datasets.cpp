@@ -27,7 +27,7 @@ BatchT<float> from_text(TextDataset d) {
   b.tokens = std::move(d.tokens);
   b.lengths = std::move(d.lengths);
   b.labels = std::move(d.labels);
-  for (std::size_t i = 0; i < b.labels.size(); ++i) b.ids.push_back(std::int64_t(i));
+  b.ids = std::move(d.ids);
   return b;
 }
 
@@ -49,14 +49,20 @@ DataSplit text(const RawText& train, const RawText& test, const DatasetOptions& 
   if (train.docs.empty()) throw DataError(what + ": no training documents");
   if (train.class_names != test.class_names)
     throw DataError(what + ": train and test have different classes");
-  Vocabulary v = Vocabulary::build(train.docs, o.vocabulary);
+  // Never Vocabulary::build: a vocabulary ranked by the training documents'
+  // word counts would carry every document into every other's token ids.
+  const Vocabulary v = o.vocab_file.empty() ? Vocabulary::hashed(o.vocabulary)
+                                            : Vocabulary::from_token_file(o.vocab_file, o.vocabulary);
   DataSplit s;
   s.train = from_text(encode(train, v, o.max_length));
   s.test = from_text(encode(test, v, o.max_length));
   s.classes = train.class_names.size();
   s.tokens = true;
   s.description = what + " (" + std::to_string(s.train.size()) + " train, " + std::to_string(s.test.size()) +
-                  " test, vocabulary " + std::to_string(v.size()) + ", " + std::to_string(o.max_length) + " tokens)";
+                  " test, " +
+                  (v.is_hashed() ? "vocabulary: " + std::to_string(v.size()) + " ids by feature hashing"
+                                 : "vocabulary: " + std::to_string(v.size() - 2) + " tokens of " + o.vocab_file) +
+                  ", " + std::to_string(o.max_length) + " tokens)";
   return s;
 }
 
@@ -88,6 +94,10 @@ BatchT<float> synthetic_tokens(std::size_t n, std::size_t length, std::size_t vo
 }
 
 DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
+  const bool text_files = spec.rfind("text:", 0) == 0 || spec == "spamassassin";
+  if (!o.vocab_file.empty() && !text_files)
+    throw std::invalid_argument("a vocabulary file applies to text datasets (text:PATH, spamassassin), not '" + spec +
+                                "'");
   if (spec == "fashion-mnist") {
     const char* env = std::getenv("DPGRAD_FASHION_MNIST");
     return images(fashion_mnist_paths(), "Fashion-MNIST from " + fashion_mnist_dir(),

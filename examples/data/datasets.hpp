@@ -1,6 +1,8 @@
 // Datasets by name for the programs: Fashion-MNIST (Debian package), MNIST or
 // any IDX folder, a folder tree of text classes, the SpamAssassin corpus, and
-// synthetic data for benchmarks. Each gives train and test batches in memory.
+// synthetic data for benchmarks. Each gives train and test batches in memory,
+// with record ids that no other record can change and, for text, a vocabulary
+// that reads no document (docs/data-privacy.md).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +13,15 @@
 namespace dpgrad::data {
 
 struct DataSplit {
-  BatchT<float> train, test;    // ids = row indices
+  BatchT<float> train, test;    // ids: images, the row in the dataset's file; text, record_id of the file name
   std::size_t classes = 0;
   std::string description;      // what was loaded, for the run's output
   bool tokens = false;          // token sequences (text) rather than images
 };
 
 struct DatasetOptions {
-  std::size_t vocabulary = 8185;  // text: including padding and unknown ids
+  std::size_t vocabulary = 8185;  // text: ids including padding and unknown (hashed: all used; file: at most)
+  std::string vocab_file;         // text: a public token list (Vocabulary::from_token_file); empty: feature hashing
   std::size_t max_length = 150;   // text: tokens kept per document
   std::size_t synthetic_size = 2048;
   std::uint64_t seed = 0;         // synthetic data
@@ -26,7 +29,9 @@ struct DatasetOptions {
 
 /// "fashion-mnist", "mnist" (IDX files in $DPGRAD_MNIST or /usr/share/datasets/mnist),
 /// "idx:PATH", "text:PATH" (PATH/train and PATH/test class folders),
-/// "spamassassin", "synthetic" or "synthetic-text". Throws DataError or
+/// "spamassassin", "synthetic" or "synthetic-text". Text is encoded with
+/// Vocabulary::hashed(vocabulary), or with the tokens of vocab_file when given
+/// (std::invalid_argument for any other dataset). Throws DataError or
 /// std::invalid_argument with a message that says how to get missing data.
 DataSplit load_dataset(const std::string& spec, const DatasetOptions& opts = {});
 

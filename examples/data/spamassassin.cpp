@@ -88,15 +88,6 @@ fs::path fetch(const fs::path& dir) {
 
 }  // namespace
 
-std::uint64_t fnv1a64(std::string_view bytes) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 bool is_test_message(std::string_view file_name) { return fnv1a64(file_name) % 5 == 0; }
 
 std::string message_body(std::string_view message) {
@@ -158,6 +149,7 @@ RawText load_spamassassin(const std::string& package_dir, Split split) {
         raw.docs.push_back(message_body(read_file(f)));
         raw.labels.push_back(label);
         raw.sources.push_back(f.string());
+        raw.ids.push_back(record_id(std::string(folder) + "/" + f.filename().string()));
       }
     }
   };

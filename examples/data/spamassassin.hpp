@@ -14,10 +14,6 @@ namespace dpgrad::data {
 
 enum class Split { train, test, all };
 
-/// 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3): a
-/// portable hash for the split (std::hash is implementation-defined).
-std::uint64_t fnv1a64(std::string_view bytes);
-
 /// The split rule: a message is in the test split iff fnv1a64(file name) % 5 == 0,
 /// where the file name is the bare name, e.g. "00001.7c53336b37003a9286aba55d2945844c.txt".
 bool is_test_message(std::string_view file_name);
@@ -43,7 +39,8 @@ std::string find_spamassassin();
 
 /// Reads package_dir/data/<folder>/*.txt (the .json twins are ignored), files
 /// sorted by folder then name, keeps the bodies, and selects the split.
-/// class_names = {"ham", "spam"}; sources are the file paths.
+/// class_names = {"ham", "spam"}; sources are the file paths; ids are
+/// record_id("<folder>/<file name>"), e.g. record_id("spam-1/00001.x.txt").
 /// Throws DataError if package_dir or one of the five folders is missing or empty.
 RawText load_spamassassin(const std::string& package_dir, Split split);
 

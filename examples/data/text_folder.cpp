@@ -1,6 +1,6 @@
-// Tokenizer, vocabulary and folder reader behind text_folder.hpp. Everything is
+// Tokenizer, vocabularies and folder reader behind text_folder.hpp. Everything is
 // byte-oriented and deterministic (sorted folders and files, ties broken by the
-// word's bytes), so two machines build the same vocabulary from the same files.
+// word's bytes, a fixed hash key), so two machines give the same ids.
 #include "examples/data/text_folder.hpp"
 
 #include <algorithm>
@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
+
+#include <sodium.h>
 
 namespace dpgrad::data {
 
@@ -49,6 +52,19 @@ bool ends_with_txt(const std::string& name) {
 }
 
 }  // namespace
+
+std::uint64_t fnv1a64(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::int64_t record_id(std::string_view name) {
+  return static_cast<std::int64_t>(fnv1a64(name) & 0x7fffffffffffffffULL);
+}
 
 std::string read_file(const std::filesystem::path& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -116,25 +132,89 @@ Vocabulary Vocabulary::build(const std::vector<std::string>& docs, std::size_t s
   return v;
 }
 
+Vocabulary Vocabulary::hashed(std::size_t size) {
+  if (size < 3 || size > kMaxTokens + 2)
+    throw std::invalid_argument("Vocabulary::hashed: size must be in [3, " + std::to_string(kMaxTokens + 2) +
+                                "] (pad, unknown and at least one bucket), got " + std::to_string(size));
+  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
+  Vocabulary v;
+  v.hashed_size_ = size;
+  return v;
+}
+
+Vocabulary Vocabulary::from_token_file(const std::string& path, std::size_t max_size) {
+  constexpr std::uintmax_t kMaxBytes = 256u << 20;
+  auto fail = [&](const std::string& why) -> void { throw DataError(path + ": " + why); };
+  if (max_size < 3) throw std::invalid_argument("Vocabulary::from_token_file: max_size must be >= 3");
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("no such file");
+  if (fs::is_directory(path, ec)) fail("is a folder, not a token file");
+  const std::uintmax_t bytes = fs::file_size(path, ec);
+  if (!ec && bytes > kMaxBytes)
+    fail("too large for a vocabulary file (" + std::to_string(bytes) + " bytes; at most " + std::to_string(kMaxBytes) +
+         ")");
+  const std::string text = read_file(path);
+  const std::size_t cap = std::min(max_size, kMaxTokens + 2) - 2;
+  Vocabulary v;
+  std::size_t lineno = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string at = "line " + std::to_string(lineno);
+    if (line.empty()) fail(at + " is empty (one token per line, no blank lines)");
+    std::size_t words = 0;
+    bool same = false;
+    for_each_token(line, [&](const std::string& w) {
+      same = ++words == 1 && w == line;
+      return words < 2;
+    });
+    if (!same || words != 1)
+      fail(at + ": '" + std::string(line.substr(0, 60)) + (line.size() > 60 ? "..." : "") +
+           "' is not one token as the tokenizer makes them (lower-case ASCII letters and digits, apostrophes inside)");
+    if (const auto it = v.ids_.find(line); it != v.ids_.end())
+      fail(at + ": duplicate token '" + std::string(line) + "' (first on line " + std::to_string(it->second - 1) + ")");
+    if (v.words_.size() - 2 >= cap)
+      fail("more than " + std::to_string(cap) + " tokens: the embedding holds " + std::to_string(cap + 2) +
+           " ids, 0 and 1 being padding and unknown");
+    v.add(std::string(line), 0);
+  }
+  if (v.words_.size() == 2) fail("empty file: a vocabulary file holds one token per line");
+  return v;
+}
+
 std::int32_t Vocabulary::id(std::string_view word) const {
+  if (hashed_size_ != 0) {
+    unsigned char h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, reinterpret_cast<const unsigned char*>(word.data()), word.size(), kHashKey);
+    std::uint64_t x = 0;
+    for (int i = 7; i >= 0; --i) x = (x << 8) | h[i];
+    return static_cast<std::int32_t>(2 + x % (hashed_size_ - 2));
+  }
   const auto it = ids_.find(word);
   return it == ids_.end() ? kUnknown : it->second;
 }
 
 const std::string& Vocabulary::word(std::int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= words_.size())
-    throw std::out_of_range("Vocabulary::word: id " + std::to_string(id) + " outside [0, " +
-                            std::to_string(words_.size()) + ")");
+  if (id < 0 || static_cast<std::size_t>(id) >= size())
+    throw std::out_of_range("Vocabulary::word: id " + std::to_string(id) + " outside [0, " + std::to_string(size()) +
+                            ")");
+  if (static_cast<std::size_t>(id) >= words_.size())
+    throw std::out_of_range("Vocabulary::word: id " + std::to_string(id) + " is a hash bucket, not one word");
   return words_[static_cast<std::size_t>(id)];
 }
 
 std::int64_t Vocabulary::count(std::int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= counts_.size())
+  if (id < 0 || static_cast<std::size_t>(id) >= size())
     throw std::out_of_range("Vocabulary::count: id " + std::to_string(id) + " out of range");
-  return counts_[static_cast<std::size_t>(id)];
+  return static_cast<std::size_t>(id) < counts_.size() ? counts_[static_cast<std::size_t>(id)] : 0;
 }
 
 void Vocabulary::save(const std::string& path) const {
+  if (hashed_size_ != 0) throw std::invalid_argument("Vocabulary::save: a hashed vocabulary has no word list to save");
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw DataError(path + ": cannot create: " + std::strerror(errno));
   out << "dpgrad-vocabulary 1 " << words_.size() << '\n';
@@ -217,6 +297,7 @@ RawText read_text_folder(const std::string& dir, const std::vector<std::string>&
       raw.docs.push_back(read_file(f));
       raw.labels.push_back(static_cast<std::int32_t>(label));
       raw.sources.push_back(f.string());
+      raw.ids.push_back(record_id(raw.class_names[label] + "/" + f.filename().string()));
     }
   }
   return raw;
@@ -241,12 +322,16 @@ TextDataset encode(const RawText& raw, const Vocabulary& vocab, std::size_t max_
   if (raw.labels.size() != raw.docs.size())
     throw std::invalid_argument("encode: " + std::to_string(raw.docs.size()) + " documents but " +
                                 std::to_string(raw.labels.size()) + " labels");
+  if (!raw.ids.empty() && raw.ids.size() != raw.docs.size())
+    throw std::invalid_argument("encode: " + std::to_string(raw.docs.size()) + " documents but " +
+                                std::to_string(raw.ids.size()) + " ids");
   TextDataset ds;
   const std::size_t n = raw.docs.size();
   ds.tokens = xt::zeros<std::int32_t>(Shape{n, max_len});
   ds.lengths.resize(n);
   ds.labels = raw.labels;
   ds.class_names = raw.class_names;
+  ds.ids = raw.ids;
   for (std::size_t i = 0; i < n; ++i) {
     const auto ids = encode_doc(raw.docs[i], vocab, max_len);
     std::copy(ids.begin(), ids.end(), ds.tokens.data() + i * max_len);

@@ -1,7 +1,8 @@
 // Tests for image views (augmentation multiplicity): every view is its image
 // flipped and/or shifted with edge pixels repeated, checked against a direct
-// transcription of that definition; views are repeatable from (seed, step, id)
-// and vary with each; labels and ids follow their example.
+// transcription of that definition; views are repeatable from (key, step, id),
+// vary with each, match SipHash-2-4 values computed outside dpgrad, and do not
+// move when another record is removed; labels and ids follow their example.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ TEST_CASE("augment: every view is its image shifted (edges repeated) and maybe f
   ImageAugment a;
   a.views = 6;
   a.shift = 2;
-  a.seed = 9;
+  a.key = hash_key_from_seed(9);
   BatchT<float> v = augment_images(src, a, 3);
   REQUIRE(v.views == 6);
   REQUIRE(v.size() == 30);
@@ -86,7 +87,7 @@ TEST_CASE("augment: every view is its image shifted (edges repeated) and maybe f
   CHECK(any_plain);
 }
 
-TEST_CASE("augment: no shift and no flip gives copies; views are repeatable and vary with step and seed") {
+TEST_CASE("augment: no shift and no flip gives copies; views are repeatable and vary with step and key") {
   BatchT<float> src = images(3, 1, 5, 5);
   ImageAugment a;
   a.views = 2;
@@ -102,13 +103,70 @@ TEST_CASE("augment: no shift and no flip gives copies; views are repeatable and 
   const bool repeatable = x.inputs == y.inputs, step_matters = x.inputs != z.inputs;
   CHECK(repeatable);
   CHECK(step_matters);
-  a.seed = 1;
+  a.key = hash_key_from_seed(1);
   BatchT<float> s = augment_images(src, a, 11);
-  const bool seed_matters = x.inputs != s.inputs;
-  CHECK(seed_matters);
+  const bool key_matters = x.inputs != s.inputs;
+  CHECK(key_matters);
   // an example's views depend on its id, not on where it sits in the batch
   BatchT<float> last = augment_images(src.select({2}), a, 11);
   for (std::size_t k = 0; k < 4; ++k) CHECK(row(last, k) == row(s, 2 * 4 + k));
+}
+
+TEST_CASE("augment: keys: from a seed is BLAKE2b of a fixed tag, random keys differ") {
+  // hashlib.blake2b(b"dpgrad-augment" + seed.to_bytes(8, "little"), digest_size=16) in Python
+  const HashKey k0{0x8a, 0x39, 0xab, 0xa9, 0x4b, 0x6b, 0x60, 0x47, 0xcc, 0x36, 0x75, 0xb2, 0xba, 0x00, 0xba, 0xb6};
+  const HashKey k42{0x03, 0x95, 0x3a, 0x75, 0x5a, 0x7c, 0xdf, 0x01, 0xd3, 0x5b, 0xdf, 0x07, 0x62, 0x88, 0xf7, 0x8e};
+  CHECK(hash_key_from_seed(0) == k0);
+  CHECK(hash_key_from_seed(42) == k42);
+  const HashKey r1 = random_hash_key(), r2 = random_hash_key();
+  CHECK(r1 != r2);  // 128 random bits each
+  CHECK(r1 != HashKey{});
+}
+
+TEST_CASE("augment: the draws are SipHash-2-4(key, step || id || view), as computed outside dpgrad") {
+  // Python: z = siphash24(key, step.to_bytes(8, "little") + id.to_bytes(8, "little") + view.to_bytes(8, "little"));
+  // flip = z & 1, dy = (z >> 8) % 5 - 2, dx = (z >> 32) % 5 - 2, key = hash_key_from_seed(42), step 3
+  BatchT<float> src = images(2, 1, 6, 6);  // ids 100 and 107
+  ImageAugment a;
+  a.views = 3;
+  a.shift = 2;
+  a.key = hash_key_from_seed(42);
+  const BatchT<float> v = augment_images(src, a, 3);
+  struct Draw { long dy, dx; bool flip; };
+  const Draw expected[2][3] = {{{0, 1, true}, {-2, -2, false}, {2, -2, true}},
+                               {{1, 2, false}, {0, 2, false}, {1, 0, true}}};
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t k = 0; k < 3; ++k) {
+      CAPTURE(i);
+      CAPTURE(k);
+      const Draw& d = expected[i][k];
+      CHECK(row(v, i * 3 + k) == transformed(src, i, d.dy, d.dx, d.flip));
+    }
+}
+
+TEST_CASE("augment: removing one record changes no other record's views") {
+  BatchT<float> full = images(6, 1, 8, 8);
+  ImageAugment a;
+  a.views = 4;
+  a.shift = 3;
+  a.key = random_hash_key();
+  for (std::uint64_t step : {0u, 5u}) {
+    const BatchT<float> all = augment_images(full, a, step);
+    for (std::size_t removed = 0; removed < 6; ++removed) {
+      std::vector<std::size_t> keep;
+      for (std::size_t i = 0; i < 6; ++i)
+        if (i != removed) keep.push_back(i);
+      const BatchT<float> part = augment_images(full.select(keep), a, step);
+      REQUIRE(part.size() == 20);
+      for (std::size_t j = 0; j < keep.size(); ++j)
+        for (std::size_t k = 0; k < 4; ++k) {
+          CAPTURE(removed);
+          CAPTURE(j);
+          CHECK(part.ids[j * 4 + k] == full.ids[keep[j]]);
+          CHECK(row(part, j * 4 + k) == row(all, keep[j] * 4 + k));
+        }
+    }
+  }
 }
 
 TEST_CASE("augment: bad requests are clear errors") {

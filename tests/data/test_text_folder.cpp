@@ -1,7 +1,9 @@
 // Tests for the text loaders: tokenizer rules, vocabulary order, size and file
-// format, padding/truncation/lengths, the class-folder reader on a small tree
-// (with an empty file, non-UTF-8 bytes and bad layouts), the SpamAssassin body,
-// hash split and loader on a fake package, and the real corpus when present.
+// format, feature hashing against SipHash values computed outside dpgrad, public
+// token files and their errors, padding/truncation/lengths, the class-folder
+// reader on a small tree (with an empty file, non-UTF-8 bytes and bad layouts),
+// record ids and token ids that no other document changes, the SpamAssassin
+// body, hash split and loader on a fake package, and the real corpus when present.
 #include <doctest/doctest.h>
 
 #include "support/check.hpp"
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/data/datasets.hpp"
 #include "examples/data/spamassassin.hpp"
 #include "examples/data/text_folder.hpp"
 
@@ -134,6 +137,145 @@ TEST_CASE("text: vocabulary save and load") {
   check_error([&] { Vocabulary::load(bad); }, {"<pad> and <unk>"});
   write_file(bad, "dpgrad-vocabulary 1 2\n<pad>\n<unk>\nextra\n");
   check_error([&] { Vocabulary::load(bad); }, {"more words than the declared 2"});
+}
+
+TEST_CASE("text: feature hashing is a fixed SipHash-2-4 and reads no document") {
+  // Python, with an independent SipHash-2-4 (checked on the published vector for
+  // key 00..0f, message 00..0e): 2 + siphash24(b"dpgrad-vocab-v1\0", word) % (size - 2)
+  const Vocabulary v = Vocabulary::hashed(8185);
+  CHECK(v.is_hashed());
+  CHECK(v.size() == 8185);
+  CHECK(v.id("hello") == 7815);
+  CHECK(v.id("the") == 920);
+  CHECK(v.id("spam") == 47);
+  CHECK(v.id("don't") == 7800);
+  CHECK(v.id("free") == 684);
+  CHECK(v.id("a") == 3516);
+  const Vocabulary small = Vocabulary::hashed(10);
+  CHECK(small.id("hello") == 2);
+  CHECK(small.id("the") == 7);
+  CHECK(small.id("spam") == 4);
+  // every word has an id in [2, size): none is unknown
+  for (const auto& w : tokenize("zzzz qwerty x1 it's a b c d e f g")) {
+    CHECK(small.id(w) >= 2);
+    CHECK(small.id(w) < 10);
+  }
+  CHECK(v.word(0) == "<pad>");
+  CHECK(v.word(1) == "<unk>");
+  CHECK_THROWS_AS(v.word(5), std::out_of_range);
+  CHECK_THROWS_AS(v.word(8185), std::out_of_range);
+  CHECK(v.count(100) == 0);
+  CHECK_THROWS_AS(Vocabulary::hashed(2), std::invalid_argument);
+  TempDir dir;
+  CHECK_THROWS_AS(v.save(dir / "v.txt"), std::invalid_argument);
+  CHECK(encode_doc("Hello, the SPAM!", v) == Ids{7815, 920, 47});
+  CHECK(encode_doc("", v) == Ids{Vocabulary::kUnknown});
+}
+
+TEST_CASE("text: a public token file and its errors") {
+  TempDir dir;
+  const std::string path = dir / "tokens.txt";
+  write_file(path, "hello\nworld\r\ndon't\n42");
+  const Vocabulary v = Vocabulary::from_token_file(path, 8185);
+  CHECK_FALSE(v.is_hashed());
+  CHECK(v.size() == 6);
+  CHECK(v.id("hello") == 2);
+  CHECK(v.id("world") == 3);
+  CHECK(v.id("don't") == 4);
+  CHECK(v.id("42") == 5);
+  CHECK(v.id("other") == Vocabulary::kUnknown);
+  CHECK(encode_doc("World, hello? Bye", v) == Ids{3, 2, 1});
+  CHECK(Vocabulary::from_token_file(path, 6).size() == 6);  // exactly fits
+
+  check_error([&] { Vocabulary::from_token_file(path, 5); }, {path, "more than 3 tokens", "5 ids"});
+  check_error([&] { Vocabulary::from_token_file(dir / "none.txt", 100); }, {"none.txt", "no such file"});
+  check_error([&] { Vocabulary::from_token_file(dir.path.string(), 100); }, {"is a folder"});
+  const std::string bad = dir / "bad.txt";
+  write_file(bad, "");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {bad, "empty file"});
+  write_file(bad, "\n");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {bad, "line 1 is empty"});
+  write_file(bad, "a\n\nb\n");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {"line 2 is empty"});
+  write_file(bad, "a\nHello\n");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {"line 2", "'Hello' is not one token"});
+  write_file(bad, "two words\n");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {"line 1", "'two words' is not one token"});
+  write_file(bad, "<pad>\n");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {"line 1", "not one token"});
+  write_file(bad, "a\nb\nc\nb\n");
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {"line 4", "duplicate token 'b' (first on line 2)"});
+  {
+    std::ofstream big(bad, std::ios::binary | std::ios::trunc);
+    big.seekp((std::streamoff(256) << 20) + 1);
+    big.put('\n');
+  }
+  check_error([&] { Vocabulary::from_token_file(bad, 100); }, {bad, "too large"});
+  fs::remove(bad);
+}
+
+TEST_CASE("datasets: a document's record id and token ids depend on no other document") {
+  TempDir root;
+  const Strings neg = {"Terrible film, bad bad acting.", "boring plot", "bad bad bad", "awful awful ending"};
+  const Strings pos = {"Great film, great acting!", "loved it", "great great great fun", "a joy"};
+  for (std::size_t i = 0; i < neg.size(); ++i) {
+    write_file(root.path / "train" / "neg" / (std::to_string(i) + ".txt"), neg[i]);
+    write_file(root.path / "train" / "pos" / (std::to_string(i) + ".txt"), pos[i]);
+  }
+  write_file(root.path / "test" / "neg" / "t.txt", "bad");
+  write_file(root.path / "test" / "pos" / "t.txt", "great");
+  const std::string spec = "text:" + root.path.string();
+  DatasetOptions o;
+  o.max_length = 6;
+  const std::string vocab = root / "vocab.txt";
+  write_file(vocab, "great\nbad\nfilm\nacting\n");
+
+  // Every row of `part` is the row of `full` with the same id: same tokens, length, label.
+  auto same_rows = [](const dpgrad::BatchT<float>& part, const dpgrad::BatchT<float>& full) {
+    const std::size_t t = full.tokens.shape()[1];
+    REQUIRE(part.ids.size() == part.size());
+    for (std::size_t r = 0; r < part.size(); ++r) {
+      const auto it = std::find(full.ids.begin(), full.ids.end(), part.ids[r]);
+      REQUIRE(it != full.ids.end());
+      const std::size_t f = std::size_t(it - full.ids.begin());
+      CAPTURE(r);
+      CHECK(Ids(part.tokens.data() + r * t, part.tokens.data() + (r + 1) * t) ==
+            Ids(full.tokens.data() + f * t, full.tokens.data() + (f + 1) * t));
+      CHECK(part.lengths[r] == full.lengths[f]);
+      CHECK(part.labels[r] == full.labels[f]);
+    }
+  };
+  for (const std::string& file : {std::string(), vocab}) {
+    o.vocab_file = file;
+    CAPTURE(file);
+    const DataSplit before = load_dataset(spec, o);
+    REQUIRE(before.train.size() == 8);
+    CHECK(std::set<std::int64_t>(before.train.ids.begin(), before.train.ids.end()).size() == 8);
+    CHECK(before.train.ids[0] == record_id("neg/0.txt"));
+    CHECK(before.train.ids[7] == record_id("pos/3.txt"));
+    // remove the first document: the others keep their ids and token ids
+    fs::rename(root.path / "train" / "neg" / "0.txt", root.path / "0.txt.away");
+    const DataSplit removed = load_dataset(spec, o);
+    CHECK(removed.train.size() == 7);
+    same_rows(removed.train, before.train);
+    same_rows(removed.test, before.test);
+    fs::rename(root.path / "0.txt.away", root.path / "train" / "neg" / "0.txt");
+    // change one document's words (and so every word count): the others do not move
+    write_file(root.path / "train" / "pos" / "1.txt", "film film film acting acting zebra zebra zebra zebra");
+    const DataSplit again = load_dataset(spec, o);
+    REQUIRE(again.train.size() == 8);
+    std::vector<std::size_t> others;
+    for (std::size_t r = 0; r < again.train.size(); ++r)
+      if (again.train.ids[r] != record_id("pos/1.txt")) others.push_back(r);
+    REQUIRE(others.size() == 7);
+    same_rows(again.train.select(others), before.train);
+    same_rows(again.test, before.test);
+    write_file(root.path / "train" / "pos" / "1.txt", pos[1]);
+  }
+  o.vocab_file = vocab;
+  CHECK_THROWS_WITH_AS(load_dataset("synthetic", o), doctest::Contains("text datasets"), std::invalid_argument);
+  o.vocab_file = root / "missing.txt";
+  check_error([&] { load_dataset(spec, o); }, {"missing.txt", "no such file"});
 }
 
 TEST_CASE("text: encoding pads, truncates and records lengths") {

@@ -232,6 +232,7 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic-text --model bilstm598k --augment-views 2",
       " --dataset synthetic --augment-views 300",
       " --dataset synthetic --augment-views 2 --augment-shift -1",
+      " --dataset synthetic --vocab-file /nonexistent/tokens.txt",
       " --dataset synthetic --optimizer dp-sgd --noise-multiplier 1 --clip-strategy jl:5/0 --accountant pld",
       " --dataset synthetic --optimizer adambc",
       " --dataset synthetic --optimizer dp-adambc --noise-multiplier 1 --adambc-floor 0",
