@@ -123,9 +123,12 @@ TEST_CASE("samples: the per-sample rules refuse a use whose input is not per-sam
   };
   A x = randn<double>({4, 2, 3}, rng);  // (T, B, d)
   run(per_sample_input(A(randn<double>({2, 4, 3}, rng))), 2);  // axis 0: accepted
+  run(per_sample_input(x, 1), 2);                              // axis 1: moved to the front (next test)
+  // samples on the contracted axis: (B, T, d) read as (d, T, B)
+  D by_column = transpose(per_sample_input(A(randn<double>({3, 4, 3}, rng))), {2, 1, 0});
   test::check_error<std::invalid_argument>(
-      [&] { run(per_sample_input(x, 1), 2); },
-      {"parameter 'dense.weight' is used by linear on an input whose per-sample axis is 1, not 0"});
+      [&] { run(by_column, 3); },
+      {"parameter 'dense.weight' is used by linear on an input whose per-sample axis is 2, not 0"});
   test::check_error<std::invalid_argument>([&] { run(D(x), 4); }, {"'dense.weight'", "holds no samples"});
   D data = per_sample_input(A(randn<double>({3, 3}, rng)));
   test::check_error<std::invalid_argument>([&] { run(sub(data, mean(data, {0}, true)), 3); },
@@ -142,6 +145,60 @@ TEST_CASE("samples: the per-sample rules refuse a use whose input is not per-sam
   test::check_error<std::invalid_argument>([&] { per_sample_norms_squared(tape.uses()[1], 2); },
                                            {"parameter 'dense.bias' is used by linear on an input whose per-sample "
                                             "axis holds 3 samples"});
+}
+
+TEST_CASE("samples: a time-major linear use gives the per-sample gradients of the batch-major one") {
+  // y = x W + b on x (T, B, d) = transpose of the batch's (B, T, d); the losses
+  // sum_t,p u * tanh(y) per sample. The uses keep x and delta with B first.
+  FastRng rng(3);
+  const std::size_t T = 4, d = 3, p = 2;
+  for (std::size_t B : {2, 3}) {
+    CAPTURE(B);
+    A data = randn<double>({B, T, d}, rng), u = randn<double>({B, T, p}, rng);
+    D w = make_parameter<double>("w", randn<double>({d, p}, rng));
+    D b = make_parameter<double>("b", randn<double>({p}, rng));
+    auto per_sample = [&](bool time_major) {
+      TapeT<double> tape;
+      tape.record_uses(true, false);
+      {
+        RecordScope<double> scope(tape);
+        D x = per_sample_input(data);
+        D y = time_major ? transpose(linear(transpose(x, {1, 0, 2}), w, b), {1, 0, 2}) : linear(x, w, b);
+        D losses = sum(mul(tanh(y), constant(u)), {1, 2});  // (B)
+        check_per_sample_tape(tape, losses, B);
+        tape.backward(sum(losses));
+      }
+      std::vector<A> g;
+      for (const auto& group : tape.uses()) {
+        g.push_back(per_sample_gradients(group, B));
+        A c = randn<double>({B}, rng);
+        A want = xt::zeros<double>(group.param->value.shape());
+        for (std::size_t i = 0; i < B; ++i) want += c(i) * A(xt::view(g.back(), i));
+        DPGRAD_CHECK_CLOSE(weighted_gradient_sum(group, c), want, 1e-12);
+        A sq = xt::zeros<double>({B});
+        const std::size_t n = g.back().size() / B;
+        for (std::size_t i = 0; i < B; ++i)
+          for (std::size_t k = 0; k < n; ++k) sq(i) += g.back().data()[i * n + k] * g.back().data()[i * n + k];
+        DPGRAD_CHECK_CLOSE(per_sample_norms_squared(group, B, NormMethod::ghost), sq, 1e-12);
+      }
+      return g;
+    };
+    auto batch_major = per_sample(false), time_major = per_sample(true);
+    REQUIRE(time_major.size() == 2);
+    DPGRAD_CHECK_CLOSE(time_major[0], batch_major[0], 1e-12);
+    DPGRAD_CHECK_CLOSE(time_major[1], batch_major[1], 1e-12);
+    // and one sample's gradient by itself: sample 1 of the batch alone
+    w.zero_grad();
+    {
+      TapeT<double> tape;
+      RecordScope<double> scope(tape);
+      D x = constant(A(xt::view(data, xt::range(1, 2))));
+      tape.backward(sum(mul(tanh(linear(x, w, b)), constant(A(xt::view(u, xt::range(1, 2)))))));
+    }
+    DPGRAD_CHECK_CLOSE(w.grad(), A(xt::view(batch_major[0], 1)), 1e-12);
+    w.zero_grad();
+    b.zero_grad();
+  }
 }
 
 TEST_CASE("samples: per-sample losses must be one per sample of the batch") {
