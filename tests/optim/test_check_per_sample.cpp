@@ -76,6 +76,12 @@ TEST_CASE("check_per_sample: every route agrees with the loop on the library's m
     CHECK(c.batch == 2);
     CHECK(c.agrees(1e-9));
   }
+  SUBCASE("bilstm598k") {
+    auto model = make_bilstm598k<double>(init);
+    PerSampleCheck c = check_per_sample(*model, tokens(2, 5, 2, data));
+    INFO(c.str());
+    CHECK(c.agrees(1e-9));
+  }
   SUBCASE("BiGRU over embeddings") {
     auto model = make_bigru<double>(init, 16, 5, 4, 3);
     PerSampleCheck c = check_per_sample(*model, tokens(3, 6, 3, data));
