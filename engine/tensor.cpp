@@ -71,7 +71,7 @@ TensorT<T> per_sample_input(ArrayT<T> value, std::size_t axis, std::size_t count
                                 shape_str(shape_of(value)));
   const std::size_t extent = value.shape()[axis];
   if (count == 0) count = extent;
-  if (extent % count != 0)
+  if (count == 0 ? extent != 0 : extent % count != 0)
     throw std::invalid_argument("per_sample_input: " + std::to_string(count) + " samples do not divide axis " +
                                 std::to_string(axis) + " of length " + std::to_string(extent));
   TensorT<T> x(std::move(value), false);

@@ -22,6 +22,8 @@ TEST_CASE("samples: leaves: the batch's data on its axis, constants and paramete
   D x = per_sample_input(zeros({3, 4}));
   CHECK(x.samples() == Samples::at(0, 3));
   CHECK(per_sample_input(zeros({4, 6, 2}), 1, 3).samples() == Samples::at(1, 3));
+  CHECK(per_sample_input(zeros({0, 4})).samples() == Samples::at(0, 0));  // an empty batch
+  CHECK(linear(per_sample_input(zeros({0, 4})), constant(zeros({4, 2}))).samples() == Samples::at(0, 0));
   CHECK(D(zeros({3, 4})).samples().is_none());
   CHECK(constant(zeros({3, 4})).samples().is_none());
   CHECK(make_parameter<double>("w", zeros({3, 4})).samples().is_none());
