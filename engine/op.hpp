@@ -67,6 +67,12 @@ struct Op {
   virtual void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>& out, Slots<T> dx) = 0;
   /// Forward rule: J x_dot for k tangents at once; returns (k, ...out shape).
   virtual ArrayT<T> jvp(Values<T> x, Tangents<T> x_dot, const ArrayT<T>& out, std::size_t k) = 0;
+  /// Where the output's samples are, from the inputs' (engine/samples.hpp);
+  /// called after forward. An op without a rule of its own mixes the samples of
+  /// any input that has some: it is never taken for per-sample by mistake.
+  virtual Samples samples(std::span<const Samples> in, Values<T> /*x*/, const ArrayT<T>& /*out*/) const {
+    return samples_unknown(in);
+  }
   /// Called once the op is on a tape, with its input and output nodes: the
   /// parametric ops use it to record per-sample information.
   virtual void on_record(TapeT<T>&, std::span<const std::shared_ptr<Node<T>>>) {}

@@ -30,11 +30,37 @@ struct UseView {  // one use seen as per-sample blocks
   std::size_t steps = 0;     // Ta
 };
 
+/// Refuses a use whose input does not hold the batch's samples in blocks along
+/// axis 0, the layout every rule below reads (docs/per-sample.md).
+template <class T>
+void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batch) {
+  const Samples& s = u.samples;
+  if (s.on_axis(0) && (batch == 0 ? s.count == 0 : s.count % batch == 0)) return;
+  std::string what;
+  switch (s.kind) {
+    case Samples::Kind::none:
+      what = "that holds no samples (a constant; mark the batch's data with per_sample_input)";
+      break;
+    case Samples::Kind::mixed: what = "that mixes samples"; break;
+    case Samples::Kind::subset:
+      what = "that holds a subset of the samples (sliced along its per-sample axis " + std::to_string(s.axis) + ")";
+      break;
+    case Samples::Kind::axis:
+      what = s.axis != 0 ? "whose per-sample axis is " + std::to_string(s.axis) + ", not 0"
+                         : "whose per-sample axis holds " + std::to_string(s.count) + " samples, not the batch's " +
+                               std::to_string(batch);
+      break;
+  }
+  throw std::invalid_argument("parameter '" + g.param->name + "' is used by " + u.op + " on an input " + what +
+                              "; the per-sample rules need the samples on axis 0 (see docs/per-sample.md)");
+}
+
 template <class T>
 std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::size_t& d, std::size_t& p) {
   const auto& ps = g.param->value.shape();
   std::vector<UseView<T>> out;
   for (const ParamUse<T>* u : g.uses) {
+    check_samples(g, *u, batch);
     if (!u->delta)
       throw std::logic_error("per-sample rule: parameter '" + g.param->name +
                              "' has a use without an output gradient (backward did not reach it)");
@@ -376,6 +402,23 @@ NormMethod cheaper_norm_method(const ParamUses<T>& g) {
 }
 
 template <class T>
+void check_per_sample_losses(const TensorT<T>& losses, std::size_t batch) {
+  const Samples& s = losses.samples();
+  if (losses.dim() >= 1 && losses.shape()[0] == batch && (batch == 0 || (s.on_axis(0) && s.count == batch))) return;
+  throw std::invalid_argument("per-sample losses of shape " + shape_str(losses.shape()) + " carry " + s.str() +
+                              ", not one loss for each of the batch's " + std::to_string(batch) +
+                              " samples: the model mixes samples (batch statistics?) or moves them off axis 0 "
+                              "(see docs/per-sample.md); use the naive strategy");
+}
+
+template <class T>
+void check_per_sample_tape(const TapeT<T>& tape, const TensorT<T>& losses, std::size_t batch) {
+  for (const auto& g : tape.uses())
+    for (const ParamUse<T>* u : g.uses) check_samples(g, *u, batch);
+  check_per_sample_losses(losses, batch);
+}
+
+template <class T>
 ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, NormMethod method) {
   profile::Scope timed("per-sample norms");
   check_kinds(g);
@@ -519,7 +562,9 @@ template struct PerSampleGradients<double>;
   template ArrayT<T> per_sample_gradients(const ParamUses<T>&, std::size_t);                    \
   template ArrayT<T> weighted_gradient_sum(const ParamUses<T>&, const ArrayT<T>&);              \
   template NormMethod cheaper_norm_method(const ParamUses<T>&);                                  \
-  template bool per_sample_gradients_are_small(const ParamUses<T>&, std::size_t);
+  template bool per_sample_gradients_are_small(const ParamUses<T>&, std::size_t);                \
+  template void check_per_sample_tape(const TapeT<T>&, const TensorT<T>&, std::size_t);          \
+  template void check_per_sample_losses(const TensorT<T>&, std::size_t);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)
 

@@ -41,6 +41,18 @@ struct PerSampleGradients {
   ArrayT<T> to_dense() const;
 };
 
+/// Refuses a forward pass the rules below cannot make exact for `batch`
+/// samples (engine/samples.hpp), before any backward is spent on it: first a
+/// use of a parameter whose input does not hold the samples on axis 0, naming
+/// the parameter and the op (every rule below also refuses such a use); then
+/// `losses` that are not one per sample, each of its own sample only (a model
+/// that mixes samples after its last parametric op).
+template <class T>
+void check_per_sample_tape(const TapeT<T>& tape, const TensorT<T>& losses, std::size_t batch);
+/// The second half of that check alone.
+template <class T>
+void check_per_sample_losses(const TensorT<T>& losses, std::size_t batch);
+
 /// ||G_i||^2 for one parameter: (B).
 template <class T>
 ArrayT<T> per_sample_norms_squared(const ParamUses<T>& group, std::size_t batch,

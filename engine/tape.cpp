@@ -51,7 +51,7 @@ void TapeT<T>::record(std::unique_ptr<Op<T>> op, std::vector<std::shared_ptr<Nod
 
 template <class T>
 ParamUse<T>* TapeT<T>::add_use(const std::shared_ptr<Node<T>>& param, UseKind kind) {
-  use_store_.push_back(ParamUse<T>{kind, nullptr, nullptr, nullptr, {}});
+  use_store_.push_back(ParamUse<T>{kind, nullptr, nullptr, nullptr, {}, "", {}});
   ParamUse<T>* use = &use_store_.back();
   auto it = group_of_.find(param.get());
   if (it == group_of_.end()) {
@@ -201,6 +201,12 @@ TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs) 
   {
     profile::Scope timed(op->name(), profile::Phase::forward);
     node->value = op->forward(Values<T>(values));
+  }
+  {
+    std::vector<Samples> in_samples;
+    in_samples.reserve(inputs.size());
+    for (const auto& t : inputs) in_samples.push_back(t.samples());
+    node->samples = op->samples(in_samples, Values<T>(values), node->value);
   }
   if (k > 0) {
     std::vector<const ArrayT<T>*> dots;

@@ -33,6 +33,8 @@ struct ParamUse {
   // conv: g (W's shape) += G_i, example i's gradient, from its images and their rows
   // of delta (an example of `batch` is B / batch consecutive images: its views)
   std::function<void(std::size_t i, std::size_t batch, T* g)> sample_gradient;
+  const char* op = "";  // the op's name, for errors
+  Samples samples;      // where its input's samples were (the rules need them on axis 0)
 };
 
 /// Every use of one parameter in one forward pass: one per-sample gradient.

@@ -64,8 +64,25 @@ TensorT<T> make_parameter(std::string name, ArrayT<T> value) {
   return p;
 }
 
+template <class T>
+TensorT<T> per_sample_input(ArrayT<T> value, std::size_t axis, std::size_t count) {
+  if (axis >= value.dimension())
+    throw std::invalid_argument("per_sample_input: axis " + std::to_string(axis) + " out of range for shape " +
+                                shape_str(shape_of(value)));
+  const std::size_t extent = value.shape()[axis];
+  if (count == 0) count = extent;
+  if (count == 0 ? extent != 0 : extent % count != 0)
+    throw std::invalid_argument("per_sample_input: " + std::to_string(count) + " samples do not divide axis " +
+                                std::to_string(axis) + " of length " + std::to_string(extent));
+  TensorT<T> x(std::move(value), false);
+  x.node()->samples = Samples::at(axis, count);
+  return x;
+}
+
 template class TensorT<float>;
 template class TensorT<double>;
+template TensorT<float> per_sample_input(ArrayT<float>, std::size_t, std::size_t);
+template TensorT<double> per_sample_input(ArrayT<double>, std::size_t, std::size_t);
 template TensorT<float> make_parameter(std::string, ArrayT<float>);
 template TensorT<double> make_parameter(std::string, ArrayT<double>);
 

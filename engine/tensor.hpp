@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/array.hpp"
+#include "engine/samples.hpp"
 
 namespace dpgrad {
 
@@ -21,6 +22,9 @@ struct Node {
   bool requires_grad = false;
   bool is_parameter = false;
   std::string name;
+  /// Where the batch's samples are in `value` (engine/samples.hpp): set by
+  /// per_sample_input on the batch's data, by each op from its inputs.
+  Samples samples;
   /// TensorT handles on this node. When the last one goes, no later op can take
   /// the node as an input, so its tangent is dropped even if a tape still holds
   /// the node for the backward pass (forward-mode memory stays that of a few
@@ -79,6 +83,9 @@ class TensorT {
   void set_tangent(ArrayT<T> tangent);
   void clear_tangent();
 
+  /// Where the batch's samples are (none for parameters and constants).
+  const Samples& samples() const { return node_->samples; }
+
   bool is_parameter() const { return node_->is_parameter; }
   const std::string& name() const { return node_->name; }
   Node<T>* node() const { return node_.get(); }
@@ -101,6 +108,13 @@ class TensorT {
 /// A trainable leaf with a name ("dense1.weight").
 template <class T>
 TensorT<T> make_parameter(std::string name, ArrayT<T> value);
+
+/// The batch's data as a leaf: `axis` of `value` holds `count` samples in
+/// consecutive blocks (count 0: one per index of that axis), which every op
+/// tracks so that the per-sample rules can refuse a layer that moves or mixes
+/// them (docs/per-sample.md). Throws unless count divides the axis's length.
+template <class T>
+TensorT<T> per_sample_input(ArrayT<T> value, std::size_t axis = 0, std::size_t count = 0);
 
 using Tensor = TensorT<float>;
 

@@ -55,7 +55,11 @@ GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const Te
   std::vector<TensorT<T>> states(keep_states ? L : 0);  // held only when asked for (their tangents too)
   // h_0 = 0 still goes through linear at the first step: b_hh must reach the
   // loss only through a parametric op, or its per-sample uses would be missing.
-  TensorT<T> h = constant<T>(xt::zeros<T>({B, H}));  // (B, H)
+  // Its rows are the samples' own states: laid out like x's samples, so that
+  // the per-sample rules accept that use (docs/per-sample.md).
+  const Samples& xs_samples = x.samples();
+  TensorT<T> h = xs_samples.on_axis(0) ? per_sample_input<T>(xt::zeros<T>({B, H}), 0, xs_samples.count)
+                                       : constant<T>(xt::zeros<T>({B, H}));  // (B, H)
   for (std::size_t s = 0; s < steps; ++s) {
     const std::size_t t = reverse ? steps - 1 - s : s;
     const TensorT<T> a = reshape(slice(proj, 1, t, t + 1), {B, 3 * H});  // (B, 3H): x_t W_ih + b_ih

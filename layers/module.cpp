@@ -90,7 +90,7 @@ BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& index) const {
 
 template <class T>
 TensorT<T> FeatureModelT<T>::forward(const BatchT<T>& batch) {
-  return net_.forward(TensorT<T>(batch.inputs));
+  return net_.forward(per_sample_input(batch.inputs));
 }
 
 template <class T>

@@ -114,6 +114,7 @@ double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, con
   tape.record_uses(true, false);
   RecordScope<T> scope(tape);
   TensorT<T> losses = per_sample_losses(model, batch);
+  check_per_sample_tape(tape, losses, batch.examples());
   double total = loss_total(losses);
   tape.backward(sum(losses));
   for (const auto& p : ps)

@@ -24,6 +24,25 @@ namespace dpgrad::detail {
 
 using dpgrad::shape_str;
 
+/// The shapes of an op's inputs (for the per-sample axis rules).
+template <class T>
+std::vector<Shape> shapes_of(Values<T> x) {
+  std::vector<Shape> r;
+  r.reserve(x.size());
+  for (const auto* a : x) r.push_back(shape_of(*a));
+  return r;
+}
+
+/// Rows of the first input, none of the others' (weights, biases): a
+/// parametric op's output rows are its input's; weights that hold samples mix them.
+template <class T>
+Samples rows_of_first(std::span<const Samples> in, Values<T> x) {
+  for (std::size_t i = 1; i < in.size(); ++i)
+    if (!in[i].is_none()) return Samples::mixed();
+  const Shape s = shape_of(*x[0]);
+  return samples_rowwise(in.first(1), std::span<const Shape>(&s, 1));
+}
+
 /// The numpy broadcast of two shapes; throws naming `op` when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

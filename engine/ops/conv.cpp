@@ -115,6 +115,9 @@ struct Im2colOp final : Op<T> {
   Pad2d pad;
   ConvGeom g;
   const char* name() const override { return "im2col"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return detail::rows_of_first(in, x);
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     g = conv_geometry(shape_of(*x[0]), kh, kw, sh, sw, pad, "im2col");

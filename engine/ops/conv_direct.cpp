@@ -192,6 +192,9 @@ struct DirectConvOp final : Op<T> {
   std::size_t p = 0;  // output channels
   detail::WeightBiasUses<T> uses;
   const char* name() const override { return "conv2d_direct"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return detail::rows_of_first(in, x);
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     g = detail::conv_geometry(shape_of(*x[0]), kh, kw, sh, sw, pad, "conv2d");
@@ -255,7 +258,7 @@ struct DirectConvOp final : Op<T> {
   }
 
   void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
-    uses.record(tape, in, UseKind::conv, has_bias);
+    uses.record(tape, in, UseKind::conv, has_bias, name());
     if (uses.w)  // G_i from the example's images, which the use keeps alive as its input
       uses.w->sample_gradient = [x = in[0], use = uses.w, geom = g, p = p](std::size_t i, std::size_t batch, T* gw) {
         const std::size_t views = geom.b / batch, n0 = i * views;

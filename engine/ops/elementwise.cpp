@@ -81,6 +81,11 @@ struct BinaryOp final : Op<T> {
   Shape out_shape;
   explicit BinaryOp(Binary k) : kind(k) {}
   const char* name() const override { return kind == Binary::add ? "add" : kind == Binary::sub ? "sub" : "mul"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>& out) const override {
+    if (in[0] == in[1] && x[0]->shape() == x[1]->shape()) return in[0];
+    const auto shapes = detail::shapes_of(x);
+    return samples_broadcast(in, shapes, shape_of(out));
+  }
 
   /// r[i] = a[i] op b[i] over [0, n), in parallel pieces.
   void combine(const T* a, const T* b, T* r, std::size_t n) const {
@@ -212,6 +217,7 @@ struct UnaryOp final : Op<T> {
   T c = T(1);
   explicit UnaryOp(Unary k) : kind(k) {}
   const char* name() const override { return unary_name(kind); }
+  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override { return in[0]; }
 
   /// out[0, n) = f(a[0, n)).
   void primal(const T* a, T* out, std::size_t n) const {

@@ -15,6 +15,12 @@ struct GatherOp final : Op<T> {
   ParamUse<T>* use = nullptr;
   bool param_grads = true;
   const char* name() const override { return "gather"; }
+  /// ids are the batch's tokens: (B, ...), one sample per index of axis 0.
+  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
+    if (!in[0].is_none()) return Samples::mixed();
+    if (id_shape.empty()) return Samples::none();
+    return Samples::at(0, id_shape[0]);
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& w = *x[0];
@@ -65,6 +71,8 @@ struct GatherOp final : Op<T> {
     param_grads = tape.param_grads();
     use = tape.add_use(in[0], UseKind::gather);
     use->ids = ids;
+    use->op = name();
+    use->samples = id_shape.empty() ? Samples::none() : Samples::at(0, id_shape[0]);
   }
 };
 

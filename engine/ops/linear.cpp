@@ -22,6 +22,14 @@ struct LinearOp final : Op<T> {
   std::size_t m = 0, d = 0, p = 0;  // x as (m, d), W (d, p)
   detail::WeightBiasUses<T> uses;
   const char* name() const override { return "linear"; }
+  /// Row by row over every axis but the last, which it contracts.
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    for (std::size_t i = 1; i < in.size(); ++i)
+      if (!in[i].is_none()) return Samples::mixed();
+    if (in[0].kind != Samples::Kind::none && in[0].kind != Samples::Kind::mixed && in[0].axis + 1 == x[0]->dimension())
+      return Samples::mixed();
+    return in[0];
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];
@@ -88,7 +96,7 @@ struct LinearOp final : Op<T> {
   }
 
   void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
-    uses.record(tape, in, UseKind::matmul, has_bias);
+    uses.record(tape, in, UseKind::matmul, has_bias, name());
   }
 };
 

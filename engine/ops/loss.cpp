@@ -13,6 +13,10 @@ struct CrossEntropyOp final : Op<T> {
   std::vector<std::int32_t> labels;
   ArrayT<T> probs;  // (B, C) softmax, kept for both rules
   const char* name() const override { return "cross_entropy"; }
+  /// One loss per row of the logits.
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return detail::rows_of_first(in, x);
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& z = *x[0];

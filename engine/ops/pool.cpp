@@ -54,6 +54,9 @@ struct MaxPoolOp final : Op<T> {
   PoolGeom g;
   std::vector<std::uint16_t> argmax;  // per output: its window element, row-major
   const char* name() const override { return "max_pool2d"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return detail::rows_of_first(in, x);
+  }
 
   ArrayT<T> forward(Values<T> xv) override {
     const ArrayT<T>& x = *xv[0];

@@ -99,6 +99,10 @@ struct GatesOp final : Op<T> {
   std::size_t t = 0, steps = 1;
   std::shared_ptr<StepBlocks> blocks;  // stepped: shared with the other steps' readers, or null
   const char* name() const override { return "lstm_gates"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    const auto shapes = detail::shapes_of(x);
+    return samples_rowwise(in, shapes);
+  }
 
   /// Offset of row r of x_t in x.
   std::size_t x_row(std::size_t r, std::size_t W) const { return (r * steps + t) * W; }
@@ -240,6 +244,10 @@ struct GatesOp final : Op<T> {
 template <class T>
 struct StateOp final : Op<T> {
   const char* name() const override { return "lstm_state"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    const auto shapes = detail::shapes_of(x);
+    return samples_rowwise(in, shapes);
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];
@@ -323,6 +331,10 @@ template <class T>
 struct OutputOp final : Op<T> {
   ArrayT<T> tc;  // tanh(c)
   const char* name() const override { return "lstm_output"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    const auto shapes = detail::shapes_of(x);
+    return samples_rowwise(in, shapes);
+  }
 
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];

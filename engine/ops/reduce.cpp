@@ -13,6 +13,9 @@ struct SumOp final : Op<T> {
   bool keepdims = false;
   Shape kept;                     // the output shape with the summed axes kept as 1
   const char* name() const override { return "sum"; }
+  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
+    return samples_reduced(in[0], axes, keepdims);
+  }
 
   void resolve(const Shape& xs) {
     if (axes.empty())

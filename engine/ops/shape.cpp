@@ -13,6 +13,9 @@ template <class T>
 struct ReshapeOp final : Op<T> {
   Shape to;
   const char* name() const override { return "reshape"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return samples_reshaped(in[0], shape_of(*x[0]), to);
+  }
   ArrayT<T> forward(Values<T> x) override {
     if (numel(to) != x[0]->size())
       throw std::invalid_argument("reshape: cannot reshape " + shape_str(shape_of(*x[0])) + " to " + shape_str(to));
@@ -42,6 +45,9 @@ template <class T>
 struct TransposeOp final : Op<T> {
   std::vector<std::size_t> perm;
   const char* name() const override { return "transpose"; }
+  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
+    return samples_transposed(in[0], perm);
+  }
   ArrayT<T> forward(Values<T> x) override {
     std::vector<std::size_t> sorted = perm;
     std::sort(sorted.begin(), sorted.end());
@@ -70,6 +76,9 @@ template <class T>
 struct SliceOp final : Op<T> {
   std::size_t axis = 0, begin = 0, end = 0;
   const char* name() const override { return "slice"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return samples_sliced(in[0], shape_of(*x[0]), axis, begin, end);
+  }
   Shape sliced(const Shape& xs) const {
     Shape r = xs;
     r[axis] = end - begin;
@@ -106,6 +115,10 @@ struct ConcatOp final : Op<T> {
   std::size_t axis = 0;
   std::vector<std::size_t> offsets;  // start of each input along axis
   const char* name() const override { return "concat"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    const auto shapes = detail::shapes_of(x);
+    return samples_concatenated(in, shapes, axis);
+  }
   ArrayT<T> forward(Values<T> x) override {
     if (x.empty()) throw std::invalid_argument("concat: no inputs");
     Shape s = shape_of(*x[0]);

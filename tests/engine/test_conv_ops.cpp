@@ -263,7 +263,7 @@ TEST_CASE("conv2d_direct: its conv use gives each example's gradient, views of a
     tape.record_uses(true, false);
     RecordScope<double> scope(tape);
     D wt = make_parameter<double>("conv.weight", w), bt = make_parameter<double>("conv.bias", b);
-    D y = conv2d_direct(D(x), wt, bt, kh, kw, 2, 1, p);
+    D y = conv2d_direct(per_sample_input(x), wt, bt, kh, kw, 2, 1, p);
     tape.backward(y, u);
     const auto& groups = tape.uses();
     REQUIRE(groups.size() == 2);

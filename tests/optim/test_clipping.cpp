@@ -39,7 +39,7 @@ class SharedWeightModel final : public ModelT<double> {
         w2_(make_parameter<double>("w2", randn<double>({4, 3}, rng, 0.5))),
         b2_(make_parameter<double>("b2", randn<double>({3}, rng, 0.5))) {}
   D forward(const BatchT<double>& b) override {
-    D h = tanh(linear(D(b.inputs), w1_, b1_));
+    D h = tanh(linear(per_sample_input(b.inputs), w1_, b1_));
     D h2 = tanh(linear(h, w1_));
     return linear(sum(h2, {1}), w2_, b2_);
   }
@@ -56,7 +56,7 @@ class AddedBiasModel final : public ModelT<double> {
   explicit AddedBiasModel(Rng& rng)
       : w_(make_parameter<double>("w", randn<double>({5, 3}, rng, 0.5))),
         b_(make_parameter<double>("b", randn<double>({3}, rng, 0.5))) {}
-  D forward(const BatchT<double>& b) override { return add(linear(D(b.inputs), w_), b_); }
+  D forward(const BatchT<double>& b) override { return add(linear(per_sample_input(b.inputs), w_), b_); }
   std::vector<D> parameters() const override { return {w_, b_}; }
   std::string name() const override { return "added-bias"; }
 
