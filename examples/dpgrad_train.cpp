@@ -35,6 +35,7 @@
 #include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
+#include "privacy/mechanisms.hpp"
 #include "privacy/schedule.hpp"
 
 using namespace dpgrad;
@@ -432,6 +433,10 @@ int run(Options o, const json* resumed) {
   auto strategy = make_clip_strategy<float>(o.strategy, sampler->expected_batch_size());
   const double delta = o.delta.value_or(default_delta(n));
   std::unique_ptr<privacy::Accountant> accountant;
+  // The noise is a discrete Gaussian on a grid: a run's epsilon is the accountant's Gaussian figure, asked at a
+  // slightly smaller delta, plus the grid's slack (docs/noise.md).
+  const double coordinates = double(model->parameter_count());
+  auto run_epsilon = [&](const privacy::Accountant& a) { return privacy::grid_noise_epsilon(a, delta, coordinates); };
   privacy::AccountantOptions aopts;
   aopts.dataset_size = long(n);
   aopts.batch_size = long(o.batch);
@@ -456,7 +461,9 @@ int run(Options o, const json* resumed) {
     } else if (!o.noise_multiplier) {
       say(fmt::format("calibrating the noise multiplier for epsilon {} at delta {:g} over {} steps ({})...",
                       *o.target_epsilon, delta, total_steps, o.accountant));
-      auto cal = privacy::calibrate_noise_multiplier(o.accountant, aopts, q, total_steps, *o.target_epsilon, delta,
+      const auto slack = privacy::grid_noise_slack(delta, double(total_steps) * coordinates, 0x1p24, *o.target_epsilon);
+      auto cal = privacy::calibrate_noise_multiplier(o.accountant, aopts, q, total_steps,
+                                                     *o.target_epsilon - slack.epsilon_slack, slack.inner_delta,
                                                      strategy->jl_dim());
       sigma = cal.noise_multiplier * sens;
     } else if (o.target_epsilon && sigma > 0) {
@@ -464,7 +471,7 @@ int run(Options o, const json* resumed) {
       auto eps_after = [&](long steps) {
         auto a = privacy::make_accountant(o.accountant, aopts);
         a->step(q, sigma / sens, steps, strategy->jl_dim());
-        return a->epsilon(delta);
+        return run_epsilon(*a);
       };
       if (eps_after(total_steps) > *o.target_epsilon) {
         long lo = 0, hi = total_steps;
@@ -478,15 +485,14 @@ int run(Options o, const json* resumed) {
         total_steps = lo;
       }
     }
-  }
-
-  if (dp && sigma > 0) {  // a noise multiplier too small to prove anything is an error, not a run at epsilon inf
-    auto a = privacy::make_accountant(o.accountant, aopts);
-    a->step(q, sigma / strategy->sensitivity(), total_steps, strategy->jl_dim());
-    require(std::isfinite(a->epsilon(delta)),
-            fmt::format("noise multiplier {:g} proves no finite epsilon at delta {:g} over {} steps ({} accountant); "
-                        "use a larger --noise-multiplier, or --noise-multiplier 0 --allow-no-noise for a run that "
-                        "is knowingly NOT private", sigma, delta, total_steps, o.accountant));
+    if (sigma > 0) {  // a noise multiplier too small to prove anything is an error, not a run at epsilon inf
+      auto a = privacy::make_accountant(o.accountant, aopts);
+      a->step(q, sigma / sens, total_steps, strategy->jl_dim());
+      require(std::isfinite(run_epsilon(*a)),
+              fmt::format("noise multiplier {:g} proves no finite epsilon at delta {:g} over {} steps ({} accountant); "
+                          "use a larger --noise-multiplier, or --noise-multiplier 0 --allow-no-noise for a run that "
+                          "is knowingly NOT private", sigma, delta, total_steps, o.accountant));
+    }
   }
 
   // ---- generators: secure unless the run is not private or asked for seeded noise by name
@@ -580,7 +586,7 @@ int run(Options o, const json* resumed) {
     seconds_before = resumed->at("seconds").get<double>();
     if (average) average->set_updates(resumed->at("ema_updates").get<long>());
     say(fmt::format("  resumed from {} at step {} of {}{}", o.checkpoint_dir, step, total_steps,
-                    dp && sigma > 0 ? ", epsilon so far " + fmt_eps(accountant->epsilon(delta)) : std::string()));
+                    dp && sigma > 0 ? ", epsilon so far " + fmt_eps(run_epsilon(*accountant)) : std::string()));
   }
   auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto save = [&] {
@@ -595,7 +601,7 @@ int run(Options o, const json* resumed) {
 
   // ---- training
   Progress progress(o.json_out);
-  double eps = dp && sigma > 0 ? (resumed ? accountant->epsilon(delta) : 0.0) : INFINITY;
+  double eps = dp && sigma > 0 ? (resumed ? run_epsilon(*accountant) : 0.0) : INFINITY;
   json summary = history.empty() ? json::object() : history.back();
   const long epochs_total = (total_steps + per_epoch - 1) / per_epoch;
   for (long epoch = step / per_epoch + 1; step < total_steps; ++epoch) {
@@ -626,7 +632,7 @@ int run(Options o, const json* resumed) {
       AveragedScopeT<float> averaged(average.get());
       acc = accuracy(*model, data.test);
     }
-    if (dp && sigma > 0) eps = accountant->epsilon(delta);
+    if (dp && sigma > 0) eps = run_epsilon(*accountant);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
     json row = {{"epoch", epoch}, {"steps", step}, {"test_accuracy", acc}, {"seconds", secs}};
     if (show_loss) row[loss_key] = seen ? loss_sum / double(seen) : 0.0;

@@ -88,28 +88,71 @@ double logistic_regression_sensitivity(long n, double lambda) {
   return 2.0 / (static_cast<double>(n) * lambda);
 }
 
-GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, double scale) {
-  if (!(std::isfinite(epsilon) && epsilon >= 0) || !(delta >= 0 && delta <= 1))
-    throw std::invalid_argument("grid_noise_bound: epsilon must be finite and >= 0 and delta in [0, 1], got " +
-                                std::to_string(epsilon) + ", " + std::to_string(delta));
+namespace {
+
+/// grid_noise_bound's terms a, b and tau for `draws` coordinates at `scale`, each
+/// rounded up by a relative 1e-9, far above the rounding of these few operations
+/// and of the sampler's truncation at |k| < 2048 (s + 1) (probability < e^-2000000).
+struct GridTerms {
+  double a, b, tail;
+};
+constexpr double kUp = 1 + 1e-9;
+
+GridTerms grid_terms(double draws, double scale, double R = 12.0) {
   if (!(std::isfinite(draws) && draws >= 0))
     throw std::invalid_argument("grid_noise_bound: draws must be finite and >= 0, got " + std::to_string(draws));
   if (!(std::isfinite(scale) && scale >= 1))
     throw std::invalid_argument("grid_noise_bound: scale must be >= 1, got " + std::to_string(scale));
-  constexpr double kR = 12.0, kPi = 3.14159265358979323846;
+  constexpr double kPi = 3.14159265358979323846;
   const double s2 = scale * scale;
-  // rounded up by a relative 1e-9, far above the rounding of these few operations
-  // and of the sampler's truncation at |k| < 2048 (s + 1) (probability < e^-2000000)
-  const double up = 1 + 1e-9;
-  const double a = draws * -std::log1p(-1.0 / (24 * s2)) * up;
-  const double b = draws * (kR * kR / (8 * s2) + 3 * std::exp(-2 * kPi * kPi * s2)) * up;
-  const double tail = draws * std::exp(-0.5 * (kR - 0.5 / scale) * (kR - 0.5 / scale)) * up;
+  return {draws * -std::log1p(-1.0 / (24 * s2)) * kUp,
+          draws * (R * R / (8 * s2) + 3 * std::exp(-2 * kPi * kPi * s2)) * kUp,
+          draws * std::exp(-0.5 * (R - 0.5 / scale) * (R - 0.5 / scale)) * kUp};
+}
+
+/// The truncation R (any R > 0 is valid, docs/noise.md section 4) at which the
+/// tail term e^a e^epsilon tau stays below 2^-10 delta: 12, or more for large epsilon.
+double grid_truncation(double epsilon, double delta, double draws, double scale, double ea) {
+  const double need = epsilon + std::log(draws * ea * 1024 * kUp * kUp / delta);
+  return std::max(12.0, (0.5 / scale + std::sqrt(2 * std::max(need, 0.0))) * kUp);
+}
+
+}  // namespace
+
+GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, double scale) {
+  if (!(std::isfinite(epsilon) && epsilon >= 0) || !(delta >= 0 && delta <= 1))
+    throw std::invalid_argument("grid_noise_bound: epsilon must be finite and >= 0 and delta in [0, 1], got " +
+                                std::to_string(epsilon) + ", " + std::to_string(delta));
+  const GridTerms t = grid_terms(draws, scale);
   GridNoiseBound r;
-  r.epsilon = epsilon + a + b;
+  r.epsilon = epsilon + t.a + t.b;
   // e^a (delta + e^eps tau) = delta + (e^a - 1)(delta + e^eps tau) + e^eps tau, each added term rounded up
-  const double extra = std::exp(epsilon) * tail * up;
-  r.delta = std::min(1.0, delta + (std::expm1(a) * (delta + extra) + extra) * up);
+  const double extra = std::exp(epsilon) * t.tail * kUp;
+  r.delta = std::min(1.0, delta + (std::expm1(t.a) * (delta + extra) + extra) * kUp);
   return r;
+}
+
+GridNoiseSlack grid_noise_slack(double delta, double draws, double scale, double max_epsilon) {
+  if (!(delta > 0 && delta < 1)) throw std::invalid_argument("grid_noise_slack: delta must be in (0, 1)");
+  if (!(max_epsilon >= 0 && std::isfinite(max_epsilon)))
+    throw std::invalid_argument("grid_noise_slack: max_epsilon must be finite and >= 0");
+  // e^a (inner + e^eps tau) <= delta: inner takes delta (1 - 2^-10) e^-a, the tail
+  // term the remaining 2^-10, by the choice of R for epsilons up to max_epsilon
+  const double a = grid_terms(draws, scale).a, ea = std::exp(a) * kUp;
+  GridNoiseSlack s;
+  s.inner_delta = delta * (1 - 0x1p-10) / ea;
+  s.epsilon_slack = a + grid_terms(draws, scale, grid_truncation(max_epsilon, delta, draws, scale, ea)).b;
+  return s;
+}
+
+double grid_noise_epsilon(const Accountant& accountant, double delta, double coordinates, double scale) {
+  const double draws = double(accountant.total_steps()) * coordinates;
+  const double a = grid_terms(draws, scale).a, ea = std::exp(a) * kUp;
+  const double inner_delta = delta * (1 - 0x1p-10) / ea;
+  if (!(inner_delta > 0)) return INFINITY;
+  const double eps = accountant.epsilon(inner_delta);
+  if (!std::isfinite(eps)) return INFINITY;
+  return eps + grid_noise_slack(delta, draws, scale, eps).epsilon_slack;
 }
 
 }  // namespace dpgrad::privacy

@@ -33,6 +33,22 @@ struct GridNoiseBound {
 };
 GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, double scale);
 
+/// What to ask a Gaussian accountant for so that grid_noise_bound's result holds
+/// at `delta`: its epsilon at `inner_delta`, plus `epsilon_slack`, for any
+/// epsilon up to `max_epsilon` (the truncation R grows with it; docs/noise.md).
+struct GridNoiseSlack {
+  double inner_delta = 0;
+  double epsilon_slack = 0;
+};
+GridNoiseSlack grid_noise_slack(double delta, double draws, double scale, double max_epsilon);
+
+class Accountant;
+/// The epsilon a run whose noise is on the grid may claim at `delta`:
+/// `accountant`'s epsilon for the Gaussian at the slack's inner delta, plus the
+/// slack; draws = accountant.total_steps() x `coordinates`. +infinity when the
+/// accountant proves none. `scale`: the smallest NoiseGrid::scale (2^24) bounds every grid.
+double grid_noise_epsilon(const Accountant& accountant, double delta, double coordinates, double scale = 0x1p24);
+
 /// Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth Thm. 3.6):
 /// value + Lap(Delta_1 / eps) is eps-DP for a query of L1 sensitivity Delta_1.
 double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rng& rng);

@@ -354,5 +354,8 @@ TEST_CASE("dpgrad-train and dpgrad-account count the same steps for the same epo
   REQUIRE(a.status == 0);
   CHECK(last_json(t.out)["steps"] == 31);
   CHECK(last_json(a.out)["steps"] == 31);
-  CHECK(last_json(t.out)["epsilon"].get<double>() == doctest::Approx(last_json(a.out)["epsilon"].get<double>()));
+  // the same ledger; dpgrad-train adds the slack of its grid noise (docs/noise.md) to the Gaussian figure
+  const double trained = last_json(t.out)["epsilon"].get<double>(), gaussian = last_json(a.out)["epsilon"].get<double>();
+  CHECK(trained >= gaussian);
+  CHECK(trained == doctest::Approx(gaussian).epsilon(1e-3));
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/random.hpp"
+#include "privacy/accountant.hpp"
 #include "privacy/mechanisms.hpp"
 
 using namespace dpgrad;
@@ -151,4 +152,33 @@ TEST_CASE("grid noise bound: epsilon and delta grow by the derived slack of the 
   CHECK_THROWS_AS(grid_noise_bound(1, 2, 10, 1e6), std::invalid_argument);
   CHECK_THROWS_AS(grid_noise_bound(1, 1e-5, -1, 1e6), std::invalid_argument);
   CHECK_THROWS_AS(grid_noise_bound(1, 1e-5, 10, 0.5), std::invalid_argument);
+}
+
+TEST_CASE("grid noise epsilon: the accountant asked at the inner delta, plus the slack, holds at delta") {
+  auto acc = dpgrad::privacy::make_accountant("pld");
+  acc->step(256.0 / 60000, 1.1, 2000);
+  const double delta = 1e-5, coordinates = 26010;
+  const double gaussian = acc->epsilon(delta);
+  const double eps = dpgrad::privacy::grid_noise_epsilon(*acc, delta, coordinates);
+  // never below the Gaussian figure, and the slack is small for 5.2e7 draws at scale 2^24
+  CHECK(eps > gaussian);
+  CHECK(eps < gaussian + 1e-3);
+  // grid_noise_bound applied to the accountant's figure at the inner delta gives (eps, <= delta)
+  const auto slack = dpgrad::privacy::grid_noise_slack(delta, 2000 * coordinates, 0x1p24, gaussian);
+  CHECK(slack.inner_delta < delta);
+  CHECK(slack.inner_delta > delta * (1 - 0x1p-9));
+  const auto bound = dpgrad::privacy::grid_noise_bound(acc->epsilon(slack.inner_delta), slack.inner_delta,
+                                                       2000 * coordinates, 0x1p24);
+  CHECK(bound.epsilon == doctest::Approx(eps).epsilon(1e-12));
+  CHECK(bound.delta <= delta);
+  // so many draws at a small scale that e^(n a) swallows delta: no finite claim
+  CHECK(std::isinf(dpgrad::privacy::grid_noise_epsilon(*acc, delta, 1e60, 1.0)));
+  // a large epsilon (here, few coordinates but little noise) still gets a finite bound: R grows with it
+  auto loud = dpgrad::privacy::make_accountant("pld");
+  loud->step(0.5, 0.3, 50);
+  const double big = loud->epsilon(delta);
+  REQUIRE(big > 40);
+  const double claimed = dpgrad::privacy::grid_noise_epsilon(*loud, delta, 6e5);
+  CHECK(claimed > big);
+  CHECK(claimed < big * 1.001);
 }
