@@ -14,6 +14,7 @@
 #include "engine/per_sample.hpp"
 #include "engine/tape.hpp"
 #include "layers/models.hpp"
+#include "support/batches.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;
@@ -22,13 +23,6 @@ using D = TensorT<double>;
 using A = ArrayT<double>;
 
 namespace {
-
-BatchT<double> image_batch(std::size_t b, Rng& rng) {
-  BatchT<double> batch;
-  batch.inputs = randn<double>({b, 1, 28, 28}, rng);
-  for (std::size_t i = 0; i < b; ++i) batch.labels.push_back(std::int32_t(rng.below(10)));
-  return batch;
-}
 
 BatchT<double> token_batch(std::size_t b, std::size_t len, Rng& rng) {
   BatchT<double> batch;
@@ -105,13 +99,13 @@ void check_model(ModelT<double>& model, const BatchT<double>& batch) {
 TEST_CASE("per-sample rules: a small MLP") {
   FastRng init(1), data(2);
   auto model = make_mlp<double>({784, 16, 10}, Activation::tanh, init);
-  check_model(*model, image_batch(3, data));
+  check_model(*model, test::image_batch(3, data));
 }
 
 TEST_CASE("per-sample rules: cnn26k (convolution uses grouped over positions)") {
   FastRng init(3), data(4);
   auto model = make_cnn26k<double>(Activation::tanh, init);
-  check_model(*model, image_batch(3, data));
+  check_model(*model, test::image_batch(3, data));
 }
 
 TEST_CASE("per-sample rules: bilstm598k (weights used at every step, repeated tokens, padding)") {
@@ -140,7 +134,7 @@ TEST_CASE("per-sample rules: bigru (full size)") {
 TEST_CASE("per-sample rules: batch of one equals the plain gradient") {
   FastRng init(7), data(8);
   auto model = make_cnn26k<double>(Activation::relu, init);
-  check_model(*model, image_batch(1, data));
+  check_model(*model, test::image_batch(1, data));
 }
 
 TEST_CASE("per-sample rules: which parameters have per-sample gradients small enough to keep") {
@@ -162,7 +156,7 @@ TEST_CASE("per-sample rules: which parameters have per-sample gradients small en
   };
   FastRng init(13), data(14);
   auto cnn = make_cnn26k<double>(Activation::tanh, init);
-  CHECK(small_set(*cnn, image_batch(2, data)) == std::vector<std::string>{"conv1.bias", "conv1.weight", "conv2.bias"});
+  CHECK(small_set(*cnn, test::image_batch(2, data)) == std::vector<std::string>{"conv1.bias", "conv1.weight", "conv2.bias"});
   auto lstm = make_bilstm598k<double>(init);
   CHECK(small_set(*lstm, token_batch(2, 7, data)).empty());
 }

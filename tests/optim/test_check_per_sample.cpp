@@ -8,6 +8,7 @@
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
 #include "optim/check_per_sample.hpp"
+#include "support/batches.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;
@@ -15,13 +16,6 @@ using test::randn;
 using D = TensorT<double>;
 
 namespace {
-
-BatchT<double> images(std::size_t b, Rng& rng) {
-  BatchT<double> batch;
-  batch.inputs = randn<double>({b, 1, 28, 28}, rng);
-  for (std::size_t i = 0; i < b; ++i) batch.labels.push_back(std::int32_t(rng.below(10)));
-  return batch;
-}
 
 BatchT<double> tokens(std::size_t b, std::size_t len, std::size_t classes, Rng& rng) {
   BatchT<double> batch;
@@ -60,7 +54,7 @@ TEST_CASE("check_per_sample: every route agrees with the loop on the library's m
   FastRng init(1), data(2);
   SUBCASE("MLP") {
     auto model = make_mlp<double>({784, 16, 10}, Activation::tanh, init);
-    PerSampleCheck c = check_per_sample(*model, images(3, data));
+    PerSampleCheck c = check_per_sample(*model, test::image_batch(3, data));
     INFO(c.str());
     CHECK(c.agrees(1e-9));
     CHECK(c.routes.size() == 4);
@@ -69,7 +63,7 @@ TEST_CASE("check_per_sample: every route agrees with the loop on the library's m
   }
   SUBCASE("cnn26k, with 2 views per example") {
     auto model = make_cnn26k<double>(Activation::tanh, init);
-    BatchT<double> batch = images(4, data);
+    BatchT<double> batch = test::image_batch(4, data);
     batch.views = 2;
     PerSampleCheck c = check_per_sample(*model, batch);
     INFO(c.str());
@@ -115,9 +109,9 @@ TEST_CASE("check_per_sample: a model that moves its samples is refused by every 
 TEST_CASE("check_per_sample: needs two examples; restores the training mode") {
   FastRng init(5), data(6);
   auto model = make_mlp<double>({784, 4, 10}, Activation::tanh, init);
-  test::check_error<std::invalid_argument>([&] { check_per_sample(*model, images(1, data)); }, {"at least 2 examples"});
+  test::check_error<std::invalid_argument>([&] { check_per_sample(*model, test::image_batch(1, data)); }, {"at least 2 examples"});
   model->set_training(true);
-  check_per_sample(*model, images(2, data));
+  check_per_sample(*model, test::image_batch(2, data));
   CHECK(model->training());
   for (const auto& p : model->parameters()) CHECK_FALSE(p.has_grad());
 }

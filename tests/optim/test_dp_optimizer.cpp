@@ -23,6 +23,15 @@ std::unique_ptr<ModelT<double>> tiny_model(Rng& rng) {
   return std::make_unique<FeatureModelT<double>>("tiny", std::move(net));
 }
 
+/// Four random examples of tiny_model's input, ids 0..3.
+BatchT<double> four_examples(Rng& rng) {
+  BatchT<double> b;
+  b.inputs = test::randn<double>({4, 50}, rng);
+  b.labels = {0, 1, 2, 3};
+  b.ids = {0, 1, 2, 3};
+  return b;
+}
+
 /// A sampler that reports any rate and batch size (draws nothing): what a user's sampler might claim.
 struct ClaimedRate final : Sampler {
   double q, L;
@@ -137,10 +146,7 @@ TEST_CASE("dp optimizer: each step is reported to the accountant with the accoun
   ReproducibleRng noise(8), aux(9);
   auto model = tiny_model(init);
   SgdT<double> sgd(model->parameters(), 0.1);
-  BatchT<double> b;
-  b.inputs = test::randn<double>({4, 50}, data);
-  b.labels = {0, 1, 2, 3};
-  b.ids = {0, 1, 2, 3};
+  const BatchT<double> b = four_examples(data);
   struct Case { std::string strategy; double sigma; int jl; };
   for (auto c : {Case{"ghost", 1.1, 0}, Case{"microbatch:2", 0.55, 0}, Case{"jl:3", 1.1, 3}}) {
     CAPTURE(c.strategy);
@@ -407,10 +413,7 @@ TEST_CASE("dp optimizer: microbatches count their 2C once, under add/remove and 
   ReproducibleRng noise(8), aux(9);
   auto model = tiny_model(init);
   SgdT<double> sgd(model->parameters(), 0.1);
-  BatchT<double> b;
-  b.inputs = test::randn<double>({4, 50}, data);
-  b.labels = {0, 1, 2, 3};
-  b.ids = {0, 1, 2, 3};
+  const BatchT<double> b = four_examples(data);
   privacy::AccountantOptions opts;
   opts.dataset_size = 1000;
   opts.batch_size = 4;
