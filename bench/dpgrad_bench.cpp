@@ -754,8 +754,7 @@ int run_noise_cost(const Options& o) {
   auto model = make_model<float>(model_name, init);
   BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
   Stepper stepper(*model, method, o.optimizer, b);
-  std::size_t p = 0;
-  for (const auto& t : model->parameters()) p += t.value().size();
+  const std::size_t p = model->parameter_count();
   std::vector<float> sum(p), noise(p), work(p);
   FastRng fill(o.seed + 40), fast(o.seed + 50);
   SecureRng secure;

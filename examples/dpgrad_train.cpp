@@ -424,9 +424,6 @@ int run(Options o, const json* resumed) {
   auto sampler = make_sampler(dp ? o.sampler : "shuffle", n, o.batch, dp ? o.epoch_fraction : 1.0);
   const double q = sampler->sampling_rate();
   const long per_epoch = sampler->steps_per_epoch();
-  require(o.epochs * double(per_epoch) <= 1e12,
-          fmt::format("--epochs {} makes {:g} steps: more than this program can count", o.epochs,
-                      o.epochs * double(per_epoch)));
   long total_steps = privacy::steps_for_epochs(sampler->name(), long(n), long(o.batch), o.epochs,
                                                dp ? o.epoch_fraction : 1.0);
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
@@ -818,7 +815,11 @@ int main(int argc, char** argv) {
       resumed = CheckpointDir(o.checkpoint_dir).read_extra();
       require(resumed.contains("options") && resumed["options"].is_object(),
               "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
-      const json& stored = resumed["options"];
+      json& stored = resumed["options"];
+      // runs written before noise was secure by default kept "secure-rng": false meant seeded noise, which
+      // continues as the named opt-in (not private)
+      if (stored.contains("secure-rng") && !stored.contains("reproducible-noise"))
+        stored["reproducible-noise"] = !stored["secure-rng"].get<bool>();
       const json given = run_options_json(o);
       // The run keeps its settings: flags may repeat them but not change them.
       for_each_run_option(o, [&](const char* flag, auto& v) {

@@ -47,25 +47,11 @@ double sum_error(const std::vector<ArrayT<T>>& got, const std::vector<ArrayT<T>>
 template <class T>
 std::vector<double> rule_norms(ModelT<T>& model, const BatchT<T>& batch, NormMethod method) {
   auto ps = model.parameters();
-  for (auto& p : ps) p.zero_grad();
   TapeT<T> tape;
-  tape.record_uses(true, false);
-  {
-    RecordScope<T> scope(tape);
-    TensorT<T> losses = per_sample_losses(model, batch);
-    check_per_sample_tape(tape, losses, batch.examples());
-    tape.backward(sum(losses));
-  }
-  std::unordered_map<const Node<T>*, const ParamUses<T>*> groups;
-  for (const auto& g : tape.uses()) groups[g.param.get()] = &g;
+  record_uses(tape, model, batch, ps);
   ArrayT<T> sq = xt::zeros<T>({batch.examples()});
-  for (auto& p : ps) {
-    auto it = groups.find(p.node());
-    if (it != groups.end()) sq += per_sample_norms_squared(*it->second, batch.examples(), method);
-    else if (p.has_grad())
-      throw std::invalid_argument("parameter '" + p.name() + "' is used by an op without a per-sample rule");
-    p.zero_grad();
-  }
+  for (const ParamUses<T>* g : groups_by_param(tape, ps))
+    if (g) sq += per_sample_norms_squared(*g, batch.examples(), method);
   std::vector<double> r;
   for (auto v : sq) r.push_back(std::sqrt(std::max(0.0, double(v))));
   return r;

@@ -53,13 +53,6 @@ double squared_norm(const T* g, std::size_t n) {
 namespace {
 
 template <class T>
-std::size_t parameter_coordinates(const std::vector<TensorT<T>>& ps) {
-  std::size_t n = 0;
-  for (const auto& p : ps) n += p.value().size();
-  return n;
-}
-
-template <class T>
 std::vector<ArrayT<T>> zeros_like_params(const std::vector<TensorT<T>>& ps) {
   std::vector<ArrayT<T>> r;
   for (const auto& p : ps) r.push_back(xt::zeros<T>(p.value().shape()));
@@ -106,8 +99,8 @@ double loss_total(const TensorT<T>& losses) {
   return s;
 }
 
-/// Backward of the summed losses with every parameter use recorded and no summed
-/// parameter gradients; refuses models whose parameters the rules do not cover.
+}  // namespace
+
 template <class T>
 double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps) {
   zero_grads(ps);
@@ -135,6 +128,8 @@ std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std
   }
   return r;
 }
+
+namespace {
 
 template <class T>
 ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, std::size_t coordinates, ClipResult<T>& res) {
@@ -208,7 +203,7 @@ class RuleStrategy : public ClipStrategyT<T> {
     ClipResult<T> res;
     TapeT<T> tape;
     res.loss_sum = record_uses(tape, model, batch, ps);
-    clip_from_uses(groups_by_param(tape, ps), ps, batch.examples(), clip_norm, res);
+    clip_from_uses(groups_by_param(tape, ps), ps, batch.examples(), clip_norm, model.parameter_count(), res);
     return res;
   }
 
@@ -216,9 +211,9 @@ class RuleStrategy : public ClipStrategyT<T> {
   virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
 
  private:
-  /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient).
+  /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); P = coordinates.
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
-                      std::size_t b, double clip_norm, ClipResult<T>& res) const {
+                      std::size_t b, double clip_norm, std::size_t coordinates, ClipResult<T>& res) const {
     std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
     ArrayT<T> norms_sq = xt::zeros<T>({b});
     for (std::size_t j = 0; j < ps.size(); ++j) {
@@ -230,7 +225,7 @@ class RuleStrategy : public ClipStrategyT<T> {
         norms_sq += per_sample_norms_squared(*groups[j], b);
       }
     }
-    ArrayT<T> c = factors(norms_sq, clip_norm, parameter_coordinates(ps), res);
+    ArrayT<T> c = factors(norms_sq, clip_norm, coordinates, res);
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c));
       else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c));
@@ -313,7 +308,7 @@ class JlStrategy final : public ClipStrategyT<T> {
         for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
     }
     dirs.clear();
-    ArrayT<T> c = factors(norms_sq, clip_norm, parameter_coordinates(ps), res);
+    ArrayT<T> c = factors(norms_sq, clip_norm, model.parameter_count(), res);
     profile::Scope timed("jl weighted backward (all vjps)");
     tape.backward(losses, c);  // one backward of sum_i c_i loss_i
     for (auto& p : ps) res.sum.push_back(p.grad());
@@ -344,7 +339,7 @@ std::size_t microbatch_of(const unsigned char* key, std::int64_t id, std::size_t
 }
 
 /// TF Privacy's microbatches, with examples assigned by a rule fixed per
-/// example, so that one example moves one microbatch (MATH.md section 1): each
+/// example, so that one example moves one microbatch (docs/data-privacy.md): each
 /// step draws a 16-byte key from `rng`, and the example with record id `id`
 /// joins microbatch SipHash-2-4(key, id) mod the number of microbatches. Its
 /// microbatch depends on its id and the key alone, not on its position or on
@@ -434,6 +429,11 @@ template float clip_factor<float>(double, double, std::size_t);
 template double clip_factor<double>(double, double, std::size_t);
 template double squared_norm(const float*, std::size_t);
 template double squared_norm(const double*, std::size_t);
+template double record_uses(TapeT<float>&, ModelT<float>&, const BatchT<float>&, const std::vector<TensorT<float>>&);
+template double record_uses(TapeT<double>&, ModelT<double>&, const BatchT<double>&, const std::vector<TensorT<double>>&);
+template std::vector<const ParamUses<float>*> groups_by_param(const TapeT<float>&, const std::vector<TensorT<float>>&);
+template std::vector<const ParamUses<double>*> groups_by_param(const TapeT<double>&,
+                                                               const std::vector<TensorT<double>>&);
 template TensorT<float> per_sample_losses(ModelT<float>&, const BatchT<float>&);
 template TensorT<double> per_sample_losses(ModelT<double>&, const BatchT<double>&);
 template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::string&, double);

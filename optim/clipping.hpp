@@ -49,6 +49,23 @@ class ClipStrategyT {
 template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch = 0);
 
+template <class T>
+class TapeT;
+template <class T>
+struct ParamUses;
+
+/// Runs `model` on `batch` recording every parameter use on `tape` (a fresh one),
+/// checks that each loss is one example's, and runs the backward pass of the
+/// summed losses, which fills the uses' output gradients and no parameter
+/// gradient; refuses a model whose parameters the per-sample rules do not cover.
+/// Returns the sum of the losses. `ps`: model.parameters().
+template <class T>
+double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps);
+
+/// Per parameter of `ps`, in order, its grouped uses on `tape` (null: unused).
+template <class T>
+std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std::vector<TensorT<T>>& ps);
+
 /// Per-example losses (B = batch.examples()) of the model on a batch: softmax
 /// cross-entropy, averaged over each example's views.
 template <class T>

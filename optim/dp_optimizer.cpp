@@ -15,23 +15,11 @@
 
 namespace dpgrad {
 
-namespace {
-
-/// Coordinates of all the model's parameters: P.
-template <class T>
-std::size_t coordinates(ModelT<T>& model) {
-  std::size_t p = 0;
-  for (const auto& t : model.parameters()) p += t.value().size();
-  return p;
-}
-
-}  // namespace
-
 template <class T>
 DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig c,
                               const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
-    : model_(model), base_(base), strategy_(strategy), config_(c), sampler_(sampler), noise_rng_(noise_rng),
-      aux_rng_(aux_rng), accountant_(accountant), energy_(model.parameters().size(), 0.0) {
+    : model_(model), base_(base), strategy_(strategy), config_(c), sampler_(sampler), grid_clip_norm_(c.clip_norm),
+      noise_rng_(noise_rng), aux_rng_(aux_rng), accountant_(accountant), energy_(model.parameters().size(), 0.0) {
   const double L = sampler.expected_batch_size(), q = sampler.sampling_rate();
   if (!(L > 0 && std::isfinite(L)))
     throw std::invalid_argument("the sampler's expected batch size must be > 0, got " + std::to_string(L));
@@ -56,10 +44,20 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
       throw std::invalid_argument("the " + accountant->name() + " accountant cannot analyse " + strategy.name() +
                                   " (its clipping bound is random)");
   }
-  if (c.noise_multiplier > 0 && !(grid_clip_norm() > 0.5 * c.clip_norm))
-    throw std::invalid_argument("noise multiplier " + std::to_string(c.noise_multiplier) +
-                                " too large for the noise grid of " + std::to_string(coordinates(model)) +
-                                " parameters (docs/noise.md)");
+  if (adds_noise()) {
+    // Rounding the sum to the grid moves it by at most grid / 2 per coordinate, so neighbouring sums' rounded
+    // values differ by at most A = grid (sqrt(P) + 1) more than the sums (docs/noise.md section 3): the
+    // contributions are clipped that much tighter. jl:K's contributions have norm up to C sqrt(K / X), below C
+    // when X > K: there the allowance must shrink with them, and 32 A covers every X <= 1024 K (the rest, with
+    // probability below e^-508 per step, is in the delta the run's epsilon reserves; docs/noise.md).
+    const NoiseGrid g = noise_grid(c.noise_multiplier * c.clip_norm);
+    const double allowance = g.grid * (std::sqrt(double(model.parameter_count())) + 1.0);
+    grid_clip_norm_ = c.clip_norm - (strategy.jl_dim() > 0 ? 32 : 1) * allowance;
+    if (!(grid_clip_norm_ > 0.5 * c.clip_norm))
+      throw std::invalid_argument("noise multiplier " + std::to_string(c.noise_multiplier) +
+                                  " too large for the noise grid of " + std::to_string(model.parameter_count()) +
+                                  " parameters (docs/noise.md)");
+  }
 }
 
 template <class T>
@@ -72,15 +70,6 @@ bool DPOptimizerT<T>::noise_reproducible() const {
   return noise_rng_.reproducible_opt_in() || aux_rng_.reproducible_opt_in();
 }
 
-template <class T>
-double DPOptimizerT<T>::grid_clip_norm() const {
-  if (!adds_noise()) return config_.clip_norm;
-  // rounding the sum to the grid moves it by at most grid / 2 per coordinate, so
-  // neighbouring sums' rounded values differ by at most grid sqrt(P) more than
-  // the sums (docs/noise.md section 3): the contributions are clipped that much tighter
-  const NoiseGrid g = noise_grid(config_.noise_multiplier * config_.clip_norm);
-  return config_.clip_norm - g.grid * (std::sqrt(double(coordinates(model_))) + 1.0);
-}
 
 template <class T>
 bool DPOptimizerT<T>::is_private() const {
@@ -139,7 +128,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       restore.emplace(ps, theta);  // in place: a temporary would restore at once
     }
   }
-  ClipResult<T> r = strategy_.clipped_sum(model_, batch, grid_clip_norm(), aux_rng_);
+  ClipResult<T> r = strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux_rng_);
   restore.reset();
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;

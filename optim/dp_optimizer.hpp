@@ -81,8 +81,9 @@ class DPOptimizerT {
   double sampling_rate() const;
   double expected_batch_size() const;
   /// The norm the contributions are clipped to: C less the noise grid's rounding
-  /// allowance grid (sqrt(P) + 1) when noise is added (docs/noise.md), else C.
-  double grid_clip_norm() const;
+  /// allowance grid (sqrt(P) + 1) (32 times that for jl:K) when noise is added
+  /// (docs/noise.md), else C.
+  double grid_clip_norm() const { return grid_clip_norm_; }
   const DPConfig& config() const { return config_; }
   /// DP-SAT's direction, per parameter: the last step's noised gradient as the
   /// base optimizer got it (zeros before the first step, empty when sat_rho is
@@ -101,6 +102,7 @@ class DPOptimizerT {
   ClipStrategyT<T>& strategy_;
   DPConfig config_;
   const Sampler& sampler_;
+  double grid_clip_norm_ = 0;
   Rng& noise_rng_;
   Rng& aux_rng_;
   privacy::Accountant* accountant_;

@@ -111,9 +111,11 @@ GridTerms grid_terms(double draws, double scale, double R = 12.0) {
 }
 
 /// The truncation R (any R > 0 is valid, docs/noise.md section 4) at which the
-/// tail term e^a e^epsilon tau stays below 2^-10 delta: 12, or more for large epsilon.
+/// tail term e^a e^epsilon tau stays below 2^-11 delta: 12, or more for large
+/// epsilon. (The other 2^-11 of the reserve covers jl:K's steps whose chi-square
+/// factor exceeds 1024 K, where the grid's allowance is not proven: e^-508 a step.)
 double grid_truncation(double epsilon, double delta, double draws, double scale, double ea) {
-  const double need = epsilon + std::log(draws * ea * 1024 * kUp * kUp / delta);
+  const double need = epsilon + std::log(draws * ea * 2048 * kUp * kUp / delta);
   return std::max(12.0, (0.5 / scale + std::sqrt(2 * std::max(need, 0.0))) * kUp);
 }
 
@@ -136,8 +138,9 @@ GridNoiseSlack grid_noise_slack(double delta, double draws, double scale, double
   if (!(delta > 0 && delta < 1)) throw std::invalid_argument("grid_noise_slack: delta must be in (0, 1)");
   if (!(max_epsilon >= 0 && std::isfinite(max_epsilon)))
     throw std::invalid_argument("grid_noise_slack: max_epsilon must be finite and >= 0");
-  // e^a (inner + e^eps tau) <= delta: inner takes delta (1 - 2^-10) e^-a, the tail
-  // term the remaining 2^-10, by the choice of R for epsilons up to max_epsilon
+  // e^a (inner + e^eps tau) + jl tail <= delta: inner takes delta (1 - 2^-10) e^-a,
+  // the tail term 2^-11 by the choice of R for epsilons up to max_epsilon, and
+  // jl:K's rare unproven steps (below e^-508 each) the last 2^-11
   const double a = grid_terms(draws, scale).a, ea = std::exp(a) * kUp;
   GridNoiseSlack s;
   s.inner_delta = delta * (1 - 0x1p-10) / ea;

@@ -51,7 +51,7 @@ class RdpCurveAccountant : public Accountant {
   std::vector<double> orders_;
 };
 
-/// Poisson subsampling, add/remove-one neighbours; the default accountant.
+/// Poisson subsampling, add/remove-one neighbours (pld is the default and tighter).
 class RdpAccountant final : public RdpCurveAccountant {
  public:
   /// Empty orders: default_rdp_orders(), with the best order refined over real orders

@@ -36,7 +36,8 @@ struct ImageAugment {
 /// of the example with record id `id` at step `step` is drawn from the 64 bits
 /// SipHash-2-4(key, step || id || k) (each as 8 little-endian bytes): it depends
 /// on nothing else, so no other example (its presence, position or content)
-/// changes it, and with the same key it is repeatable, also after a resume.
+/// changes it, and with the same key it is repeatable (private runs draw a
+/// secret key, and a new one when they resume).
 BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step);
 
 }  // namespace dpgrad::data

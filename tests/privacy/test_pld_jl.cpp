@@ -127,7 +127,7 @@ TEST_CASE("PLD JL: an example and its duplicate (q = 1, K = 5, sigma = 3.2) exce
   MESSAGE("accountant delta at eps 2: sound " << d_sound << ", paper pair " << d_paper);
   CHECK(d_sound >= mc_high);
   CHECK(d_sound >= quad);
-  CHECK(d_sound < 1e-3);  // MATH.md §2: the mixture gives 8.1e-4 here
+  CHECK(d_sound < 1e-3);  // docs/privacy-accounting.md: the mixture gives 8.1e-4 here
   // The paper's pair claims less than this mechanism provably leaks: it is not an upper bound.
   CHECK(d_paper < mc_low);
   CHECK(d_paper < 2e-5);
