@@ -495,10 +495,6 @@ class BitStream {
   }
 
  private:
-  void refill() {
-    word_ = rng_.next_u64();
-    left_ = 64;
-  }
   Rng& rng_;
   std::uint64_t word_ = 0;
   int left_ = 0;
