@@ -348,96 +348,170 @@ namespace {
 
 __extension__ typedef unsigned __int128 u128;
 
-/// The bits of `rng`, one at a time or 32 at once, with the exact samplers the
-/// discrete Gaussian is built from (Canonne, Kamath, Steinke 2020). All
-/// probabilities are ratios of integers; no floating point touches a draw.
+/// floor(2^16 / k!) for k = 0..8 (F_1 = 2^16 does not fit and is never used),
+/// and kAmbiguous[K] = F_K for K in 3..8 with, for K = 2 and 9, a chunk that
+/// cannot have K as its first failure (u >= 2^15 for K = 2, u = 0 is handled
+/// before K = 9 is looked at).
+constexpr std::uint32_t kInverseFactorial[9] = {0, 0, 32768, 10922, 2730, 546, 91, 13, 1};
+constexpr std::uint32_t kAmbiguous[10] = {0, 0, 0, 10922, 2730, 546, 91, 13, 1, 0xffffffffU};
+constexpr std::uint64_t kFactorial[10] = {1, 1, 2, 6, 24, 120, 720, 5040, 40320, 362880};
+static_assert(kInverseFactorial[7] == (1 << 16) / 5040 && kInverseFactorial[8] == (1 << 16) / 40320 &&
+              (1 << 16) / 362880 == 0);
+
+/// The generator's words, served in 16- or 32-bit chunks or single bits, with
+/// the exact samplers the discrete Gaussian is built from (Canonne, Kamath,
+/// Steinke 2020). All probabilities are ratios of integers; no floating point
+/// touches a draw.
+///
+/// Bernoulli(num / den) with a b-bit chunk U (docs/noise.md section 2): a
+/// uniform X on [0, 1) is (U + Y) / 2^b with Y uniform on [0, 1) and
+/// independent of U, and X < num / den iff (U + Y) den < num 2^b. If
+/// U den >= num 2^b the answer is no, if (U + 1) den <= num 2^b it is yes, and
+/// otherwise (one value of U in 2^b) it is Y < r / den with r = num 2^b - U den
+/// in (0, den): the same question again, asked of fresh bits.
 class BitStream {
  public:
   explicit BitStream(Rng& rng) : rng_(rng) {}
 
-  bool bit() {
-    if (left_ == 0) refill();
-    const bool b = word_ & 1;
-    word_ >>= 1;
-    --left_;
-    return b;
+  bool bit() { return chunk(1) != 0; }
+
+  /// b <= 32 fresh bits (the rest of a word too short for them is dropped).
+  std::uint64_t chunk(int b) {
+    if (left_ < b) {
+      word_ = rng_.next_u64();
+      left_ = 64;
+    }
+    const std::uint64_t c = word_ & ((std::uint64_t(1) << b) - 1);
+    word_ >>= b;
+    left_ -= b;
+    return c;
   }
 
-  /// Uniform on {0, ..., n - 1}, 1 <= n <= 2^32 - 1: Lemire's multiply-and-reject.
-  std::uint32_t below(std::uint32_t n) {
+  /// Uniform on {0, ..., n - 1}, 1 <= n <= 2^32 - 1: Lemire's multiply-and-reject,
+  /// `reject` = 2^32 mod n precomputed (the lowest products it rejects).
+  std::uint32_t below(std::uint32_t n, std::uint32_t reject) {
     for (;;) {
-      if (left_ < 32) refill();
-      const std::uint64_t m = (word_ & 0xffffffffULL) * n;
-      word_ >>= 32;
-      left_ -= 32;
-      const auto low = static_cast<std::uint32_t>(m);
-      if (low >= n || low >= (0U - n) % n) return static_cast<std::uint32_t>(m >> 32);
+      const std::uint64_t m = chunk(32) * n;
+      if (static_cast<std::uint32_t>(m) >= reject) return static_cast<std::uint32_t>(m >> 32);
     }
   }
 
-  /// Bernoulli(num / den), 0 <= num <= den < 2^126: compares p's binary digits
-  /// with a uniform's, drawn lazily (two bits on average).
+  /// Bernoulli(num / den), 0 <= num, 1 <= den < 2^127, a whole word U at a time:
+  /// U den < 2^191 is kept as top 2^64 + low and compared with num 2^64. Used
+  /// where a chunk left the question open, and for k >= 3 in Algorithm 1.
   bool bernoulli(u128 num, u128 den) {
     if (num >= den) return true;
+    const auto den_lo = static_cast<std::uint64_t>(den), den_hi = static_cast<std::uint64_t>(den >> 64);
     for (;;) {
-      num <<= 1;
-      const bool p_bit = num >= den;
-      if (p_bit) num -= den;
-      if (bit() != p_bit) return p_bit;  // the first digit where they differ decides U < p
-      if (num == 0) return false;         // p's digits end here: U >= p (U = p has probability 0)
+      const std::uint64_t u = rng_.next_u64();
+      const u128 lo = u128(u) * den_lo;
+      const u128 top = u128(u) * den_hi + (lo >> 64);  // < den < 2^127
+      const auto low = static_cast<std::uint64_t>(lo);
+      if (top >= num) return false;  // U den >= num 2^64
+      const u128 gap = num - top;    // r = num 2^64 - U den = gap 2^64 - low
+      if (gap >> 64) return true;    // r > 2^128 - 2^64 > den
+      const u128 r = (gap << 64) - low;
+      if (r >= den) return true;
+      num = r;
     }
   }
 
-  /// The same for den < 2^62, in 64-bit words.
-  bool bernoulli(std::uint64_t num, std::uint64_t den) {
-    if (num >= den) return true;
-    for (;;) {
-      num <<= 1;
-      const bool p_bit = num >= den;
-      if (p_bit) num -= den;
-      if (bit() != p_bit) return p_bit;
-      if (num == 0) return false;
+  /// One 16-bit chunk decides Bernoulli(num / den), num < den <= 2^32, without a
+  /// branch on the answer; the remainder case (one U in 2^16) goes on as above.
+  bool bernoulli_chunk(std::uint64_t num, std::uint64_t den) {
+    const std::uint64_t a = chunk(16) * den, n = num << 16;
+    // 0 < n - a < den in one unsigned comparison: a > n wraps n - a to at least
+    // 2^64 - a > den, as a < 2^48
+    if (n - a - 1 < den - 1) [[unlikely]]
+      return bernoulli(u128(n - a), u128(den));
+    return a < n;
+  }
+
+  /// The same for num < den < 2^110 in 128-bit arithmetic.
+  bool bernoulli_chunk(u128 num, u128 den) {
+    const u128 a = chunk(16) * den, n = num << 16;  // both < 2^126: n - a wraps above 2^127 when a > n
+    if (n - a - 1 < den - 1) [[unlikely]]
+      return bernoulli(n - a, den);
+    return a < n;
+  }
+
+  /// Bernoulli(exp(-num / den)) for num < den (CKS 2020, Algorithm 1): the parity
+  /// of the first k with Bernoulli(gamma / k) false. The Bernoullis are
+  /// independent, so k = 1 and 2 are both drawn and only their conjunction
+  /// (probability gamma^2 / 2) is branched on. den <= 2^31 (Num = uint64) or
+  /// den < 2^102 (Num = u128): 2 den fits bernoulli_chunk, and den k < 2^127
+  /// while k < 2^24 (reaching k = 2^24 has probability below 1 / (2^24)!).
+  template <class Num>
+  bool bernoulli_exp_fraction(Num num, Num den) {
+    const bool pass1 = bernoulli_chunk(num, den), pass2 = bernoulli_chunk(num, 2 * den);
+    if (pass1 & pass2) [[unlikely]] {
+      for (std::uint64_t k = 3;; ++k)
+        if (!bernoulli(u128(num), u128(den) * k)) return k & 1;
     }
+    return !pass1;
   }
 
-  /// Bernoulli(exp(-num / den)) for num <= den (CKS 2020, Algorithm 1): the
-  /// parity of the first k with Bernoulli(gamma / k) false.
-  bool bernoulli_exp_fraction(u128 num, u128 den) {
-    // den * k < 2^126 while k < 2^24; reaching k = 2^24 has probability below 1 / (2^24)!
-    for (std::uint64_t k = 1;; ++k)
-      if (!bernoulli(num, den * k)) return k & 1;
-  }
-
-  /// The same for den < 2^33 (k stays below 2^29: probability below 1 / (2^29)!).
-  bool bernoulli_exp_fraction(std::uint64_t num, std::uint64_t den) {
-    for (std::uint64_t k = 1;; ++k)
-      if (!bernoulli(num, den * k)) return k & 1;
-  }
-
-  /// Bernoulli(exp(-1)).
+  /// Bernoulli(exp(-1)) from one 16-bit chunk in all but 7 cases in 2^16.
+  /// Algorithm 1 at gamma = 1 passes k with probability 1 / k given the earlier
+  /// passes, so P(pass 1..k) = 1 / k!: the same law as the nested events
+  /// X < 1 / k! of one uniform X = (U + Y) / 2^16 (docs/noise.md section 2).
+  /// With F_k = floor(2^16 / k!), U < F_k decides "pass k" and U > F_k "fail k";
+  /// the first failing k is K = 2 + #{k in 2..8 : U < F_k}, and the answer is K
+  /// odd. U = F_K (K in 3..8, where 2^16 / K! is not whole) leaves pass K open:
+  /// it is Y < (2^16 - U K!) / K!, and every later k fails. U = 0 passes 2..8
+  /// and leaves 9 open: Y < 2^16 / 9!, then Algorithm 1 from k = 10 (given
+  /// X < 1 / 9!, X 9! is uniform again).
   bool bernoulli_exp_minus_one() {
-    // k = 1 always passes (Bernoulli(1)); then Bernoulli(1 / k) for k = 2, 3, ...
-    for (std::uint64_t k = 2;; ++k)
-      if (!bernoulli(std::uint64_t(1), k)) return k & 1;
+    const auto u = static_cast<std::uint32_t>(chunk(16));
+    // K > 5 has probability 1 / 120: k = 2..5 first, without branching
+    unsigned passes = unsigned(u < kInverseFactorial[2]) + unsigned(u < kInverseFactorial[3]) +
+                      unsigned(u < kInverseFactorial[4]) + unsigned(u < kInverseFactorial[5]);
+    if (passes == 4) [[unlikely]] {
+      if (u == 0) {
+        if (!bernoulli(u128(1) << 16, u128(kFactorial[9]))) return true;  // K = 9
+        for (std::uint64_t k = 10;; ++k)
+          if (!bernoulli(u128(1), u128(k))) return k & 1;
+      }
+      for (int k = 6; k <= 8 && u < kInverseFactorial[k]; ++k) ++passes;
+    }
+    const unsigned first_fail = 2 + passes;
+    if (u == kAmbiguous[first_fail]) [[unlikely]] {
+      const std::uint64_t f = kFactorial[first_fail];
+      const std::uint64_t rest = (std::uint64_t(1) << 16) - std::uint64_t(u) * f;  // in (0, f)
+      return (first_fail + unsigned(bernoulli(u128(rest), u128(f)))) & 1;
+    }
+    return first_fail & 1;
   }
 
-  /// Bernoulli(exp(-num / den)) for any num >= 0: exp(-1) floor(gamma) times, then the fraction.
+  /// Bernoulli(exp(-num / den)), num >= 0, den < 2^102: one Bernoulli(exp(-1)) per
+  /// whole unit of num / den, stopping at the first failure (no division), then
+  /// the fraction.
   bool bernoulli_exp(u128 num, u128 den) {
-    if (num <= den) return bernoulli_exp_fraction(num, den);
-    const u128 whole = num / den;
-    for (u128 i = 0; i < whole; ++i)
+    while (num >= den) {
+      num -= den;
       if (!bernoulli_exp_minus_one()) return false;
-    return bernoulli_exp_fraction(num % den, den);
+    }
+    return bernoulli_exp_fraction<u128>(num, den);
   }
 
  private:
-  void refill() {
-    word_ = rng_.next_u64();
-    left_ = 64;
-  }
   Rng& rng_;
   std::uint64_t word_ = 0;
   int left_ = 0;
+};
+
+/// What a scale fixes, computed once per call of fill_discrete_gaussian or
+/// add_grid_noise: t = s + 1, s^2, 2 s^2 t^2 and the rejection threshold of
+/// uniform draws below t.
+struct DiscreteGaussianScale {
+  explicit DiscreteGaussianScale(std::uint64_t s)
+      : t(s + 1),
+        s2(s * s),
+        den(2 * u128(s * s) * (t * t)),
+        reject(static_cast<std::uint32_t>((std::uint64_t(1) << 32) % t)) {}
+  std::uint64_t t, s2;  // s2 < 2^51
+  u128 den;             // < 2^102
+  std::uint32_t reject;
 };
 
 /// One draw of N_Z(0, s^2) (CKS 2020, Algorithm 3 over Algorithm 2): a discrete
@@ -446,24 +520,24 @@ class BitStream {
 /// Candidates with V >= 2048 (|y| >= 2048 t) are dropped: the output is the
 /// discrete Gaussian conditioned on |k| < 2048 t, and the integers stay below
 /// 2^126 (|y| t < 2^61 for s <= kMaxDiscreteGaussianScale).
-std::int64_t discrete_gaussian(BitStream& bits, std::uint64_t s) {
-  const std::uint64_t t = s + 1;
-  const u128 s2 = u128(s) * s, den = 2 * s2 * t * t;
+std::int64_t discrete_gaussian(BitStream& bits, const DiscreteGaussianScale& c) {
   constexpr std::uint64_t kMaxV = 2048;
+  const std::uint64_t t = c.t;
   for (;;) {
     // discrete Laplace, pmf proportional to exp(-|y| / t) (Algorithm 2)
-    const std::uint64_t u = bits.below(static_cast<std::uint32_t>(t));
-    if (!bits.bernoulli_exp_fraction(u, t)) continue;
+    const std::uint64_t u = bits.below(static_cast<std::uint32_t>(t), c.reject);
+    if (!bits.bernoulli_exp_fraction<std::uint64_t>(u, t)) continue;
     std::uint64_t v = 0;
     while (v < kMaxV && bits.bernoulli_exp_minus_one()) ++v;
     if (v == kMaxV) continue;
     const std::uint64_t x = u + t * v;
     const bool negative = bits.bit();
-    if (negative && x == 0) continue;
-    // Gaussian acceptance (Algorithm 3)
-    const u128 xt = u128(x) * t;
-    const u128 d = xt >= s2 ? xt - s2 : s2 - xt;
-    if (bits.bernoulli_exp(d * d, den)) return negative ? -static_cast<std::int64_t>(x) : static_cast<std::int64_t>(x);
+    if (x == 0 && negative) continue;
+    // Gaussian acceptance (Algorithm 3): |x t - s^2| < 2^61 fits in 64 bits
+    const std::uint64_t xt = x * t;
+    const std::uint64_t d = xt >= c.s2 ? xt - c.s2 : c.s2 - xt;
+    if (bits.bernoulli_exp(u128(d) * d, c.den))
+      return negative ? -static_cast<std::int64_t>(x) : static_cast<std::int64_t>(x);
   }
 }
 
@@ -484,13 +558,14 @@ void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
   const double inverse = 1.0 / g.grid;  // exact: a power of two
   constexpr double kLimit = 0x1.0p52;
   BitStream bits(rng);
+  const DiscreteGaussianScale scale(g.scale);
   for (std::size_t i = 0; i < n; ++i) {
     const double v = static_cast<double>(x[i]) * inverse;  // exact
     if (!(std::fabs(v) < kLimit))
       throw std::runtime_error("add_grid_noise: value " + std::to_string(double(x[i])) +
                                " is not finite or too large for the grid " + std::to_string(g.grid));
     const double m = std::nearbyint(v);  // round to nearest, ties to even (the default mode)
-    const auto k = static_cast<double>(discrete_gaussian(bits, g.scale));
+    const auto k = static_cast<double>(discrete_gaussian(bits, scale));
     x[i] = static_cast<T>((m + k) * g.grid);  // m + k is an integer below 2^53: exact in double
   }
 }
@@ -501,7 +576,8 @@ void fill_discrete_gaussian(Rng& rng, std::uint64_t scale, std::int64_t* out, st
   check_scale(scale, "fill_discrete_gaussian");
   if (n > 0 && out == nullptr) throw std::invalid_argument("fill_discrete_gaussian: null output buffer");
   BitStream bits(rng);
-  for (std::size_t i = 0; i < n; ++i) out[i] = discrete_gaussian(bits, scale);
+  const DiscreteGaussianScale c(scale);
+  for (std::size_t i = 0; i < n; ++i) out[i] = discrete_gaussian(bits, c);
 }
 
 NoiseGrid noise_grid(double noise_std) {

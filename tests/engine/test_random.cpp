@@ -489,6 +489,233 @@ TEST_CASE("random: discrete Gaussian draws follow the exact pmf (chi-square, tai
   }
 }
 
+// ---------------------------------------------------------------- the previous sampler, as a reference
+
+namespace previous_sampler {
+
+// engine/random.cpp's discrete Gaussian before it compared 32 or 64 random bits
+// at a time: the same algorithm (CKS 2020) deciding every Bernoulli one bit at a
+// time. Kept here only to compare the two samplers' output distributions.
+__extension__ typedef unsigned __int128 u128;
+
+class BitStream {
+ public:
+  explicit BitStream(dpgrad::Rng& rng) : rng_(rng) {}
+
+  bool bit() {
+    if (left_ == 0) refill();
+    const bool b = word_ & 1;
+    word_ >>= 1;
+    --left_;
+    return b;
+  }
+
+  /// Uniform on {0, ..., n - 1}, 1 <= n <= 2^32 - 1: Lemire's multiply-and-reject.
+  std::uint32_t below(std::uint32_t n) {
+    for (;;) {
+      if (left_ < 32) refill();
+      const std::uint64_t m = (word_ & 0xffffffffULL) * n;
+      word_ >>= 32;
+      left_ -= 32;
+      const auto low = static_cast<std::uint32_t>(m);
+      if (low >= n || low >= (0U - n) % n) return static_cast<std::uint32_t>(m >> 32);
+    }
+  }
+
+  /// Bernoulli(num / den), 0 <= num <= den < 2^126: compares p's binary digits
+  /// with a uniform's, drawn lazily (two bits on average).
+  bool bernoulli(u128 num, u128 den) {
+    if (num >= den) return true;
+    for (;;) {
+      num <<= 1;
+      const bool p_bit = num >= den;
+      if (p_bit) num -= den;
+      if (bit() != p_bit) return p_bit;  // the first digit where they differ decides U < p
+      if (num == 0) return false;         // p's digits end here: U >= p (U = p has probability 0)
+    }
+  }
+
+  /// The same for den < 2^62, in 64-bit words.
+  bool bernoulli(std::uint64_t num, std::uint64_t den) {
+    if (num >= den) return true;
+    for (;;) {
+      num <<= 1;
+      const bool p_bit = num >= den;
+      if (p_bit) num -= den;
+      if (bit() != p_bit) return p_bit;
+      if (num == 0) return false;
+    }
+  }
+
+  /// Bernoulli(exp(-num / den)) for num <= den (CKS 2020, Algorithm 1): the
+  /// parity of the first k with Bernoulli(gamma / k) false.
+  bool bernoulli_exp_fraction(u128 num, u128 den) {
+    // den * k < 2^126 while k < 2^24; reaching k = 2^24 has probability below 1 / (2^24)!
+    for (std::uint64_t k = 1;; ++k)
+      if (!bernoulli(num, den * k)) return k & 1;
+  }
+
+  /// The same for den < 2^33 (k stays below 2^29: probability below 1 / (2^29)!).
+  bool bernoulli_exp_fraction(std::uint64_t num, std::uint64_t den) {
+    for (std::uint64_t k = 1;; ++k)
+      if (!bernoulli(num, den * k)) return k & 1;
+  }
+
+  /// Bernoulli(exp(-1)).
+  bool bernoulli_exp_minus_one() {
+    // k = 1 always passes (Bernoulli(1)); then Bernoulli(1 / k) for k = 2, 3, ...
+    for (std::uint64_t k = 2;; ++k)
+      if (!bernoulli(std::uint64_t(1), k)) return k & 1;
+  }
+
+  /// Bernoulli(exp(-num / den)) for any num >= 0: exp(-1) floor(gamma) times, then the fraction.
+  bool bernoulli_exp(u128 num, u128 den) {
+    if (num <= den) return bernoulli_exp_fraction(num, den);
+    const u128 whole = num / den;
+    for (u128 i = 0; i < whole; ++i)
+      if (!bernoulli_exp_minus_one()) return false;
+    return bernoulli_exp_fraction(num % den, den);
+  }
+
+ private:
+  void refill() {
+    word_ = rng_.next_u64();
+    left_ = 64;
+  }
+  dpgrad::Rng& rng_;
+  std::uint64_t word_ = 0;
+  int left_ = 0;
+};
+
+/// One draw of N_Z(0, s^2) (CKS 2020, Algorithm 3 over Algorithm 2): a discrete
+/// Laplace candidate y of scale t = s + 1, kept with probability
+/// exp(-(|y| - s^2 / t)^2 / (2 s^2)) = exp(-(|y| t - s^2)^2 / (2 s^2 t^2)).
+/// Candidates with V >= 2048 (|y| >= 2048 t) are dropped: the output is the
+/// discrete Gaussian conditioned on |k| < 2048 t, and the integers stay below
+/// 2^126 (|y| t < 2^61 for s <= kMaxDiscreteGaussianScale).
+std::int64_t discrete_gaussian(BitStream& bits, std::uint64_t s) {
+  const std::uint64_t t = s + 1;
+  const u128 s2 = u128(s) * s, den = 2 * s2 * t * t;
+  constexpr std::uint64_t kMaxV = 2048;
+  for (;;) {
+    // discrete Laplace, pmf proportional to exp(-|y| / t) (Algorithm 2)
+    const std::uint64_t u = bits.below(static_cast<std::uint32_t>(t));
+    if (!bits.bernoulli_exp_fraction(u, t)) continue;
+    std::uint64_t v = 0;
+    while (v < kMaxV && bits.bernoulli_exp_minus_one()) ++v;
+    if (v == kMaxV) continue;
+    const std::uint64_t x = u + t * v;
+    const bool negative = bits.bit();
+    if (negative && x == 0) continue;
+    // Gaussian acceptance (Algorithm 3)
+    const u128 xt = u128(x) * t;
+    const u128 d = xt >= s2 ? xt - s2 : s2 - xt;
+    if (bits.bernoulli_exp(d * d, den)) return negative ? -static_cast<std::int64_t>(x) : static_cast<std::int64_t>(x);
+  }
+}
+
+}  // namespace previous_sampler
+
+namespace {
+
+/// Two-sample chi-square on equal sample sizes: sum over bins of
+/// (a - b)^2 / (a + b), bins |k| = 0, 1, ... with both tails pooled once fewer
+/// than 20 draws of either sample fall beyond.
+double two_sample_chi_square(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b,
+                             double& df) {
+  std::int64_t top = 0;
+  for (;; ++top) {
+    std::size_t ca = 0, cb = 0;
+    for (auto v : a) ca += std::llabs(v) > top;
+    for (auto v : b) cb += std::llabs(v) > top;
+    if (ca < 20 || cb < 20) break;
+  }
+  // bins: -top-1 and below, -top, ..., top, top+1 and above
+  const std::size_t bins = std::size_t(2 * top + 3);
+  auto bin = [&](std::int64_t v) { return std::size_t(std::clamp<std::int64_t>(v, -top - 1, top + 1) + top + 1); };
+  std::vector<double> ca(bins, 0.0), cb(bins, 0.0);
+  for (auto v : a) ca[bin(v)] += 1;
+  for (auto v : b) cb[bin(v)] += 1;
+  double chi2 = 0;
+  df = -1;
+  for (std::size_t j = 0; j < bins; ++j)
+    if (ca[j] + cb[j] > 0) {
+      chi2 += (ca[j] - cb[j]) * (ca[j] - cb[j]) / (ca[j] + cb[j]);
+      df += 1;
+    }
+  return chi2;
+}
+
+}  // namespace
+
+TEST_CASE("random: discrete Gaussian agrees with the previous bit-at-a-time sampler (two-sample chi-square)") {
+  const std::size_t n = 300000;
+  for (std::uint64_t s : {std::uint64_t(1), std::uint64_t(2), std::uint64_t(7), std::uint64_t(40)}) {
+    CAPTURE(s);
+    FastRng a(500 + s), b(900 + s);
+    std::vector<std::int64_t> fast(n), previous(n);
+    dpgrad::fill_discrete_gaussian(a, s, fast.data(), n);
+    {
+      previous_sampler::BitStream bits(b);
+      for (auto& v : previous) v = previous_sampler::discrete_gaussian(bits, s);
+    }
+    double df = 0;
+    const double chi2 = two_sample_chi_square(fast, previous, df);
+    CAPTURE(chi2);
+    CAPTURE(df);
+    CHECK(df >= 2 * double(s));
+    CHECK(chi2 < df + 5 * std::sqrt(2 * df));  // p about 1e-5 if both follow one law
+    // and the summary statistics: variance, share of zeros
+    double va = 0, vb = 0, za = 0, zb = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      va += double(fast[i]) * double(fast[i]);
+      vb += double(previous[i]) * double(previous[i]);
+      za += fast[i] == 0;
+      zb += previous[i] == 0;
+    }
+    const double p0 = (za + zb) / double(2 * n);
+    CHECK(std::fabs(za - zb) < 5 * std::sqrt(2 * double(n) * p0 * (1 - p0)));
+    CHECK(va / vb == doctest::Approx(1.0).epsilon(10 * std::sqrt(2.0 / double(n))));
+  }
+}
+
+TEST_CASE("random: discrete Gaussian at scales 1 and 2 follows the exact pmf value by value (10^6 draws)") {
+  const std::size_t n = 1000000;
+  for (std::uint64_t s : {std::uint64_t(1), std::uint64_t(2)}) {
+    CAPTURE(s);
+    FastRng rng(4242 + s);
+    std::vector<std::int64_t> k(n);
+    dpgrad::fill_discrete_gaussian(rng, s, k.data(), n);
+    // pmf from its definition, exp(-k^2 / (2 s^2)) / Z, Z summed to |k| = 60 s
+    const double s2 = double(s) * double(s);
+    double z = 0;
+    for (long j = -60 * long(s); j <= 60 * long(s); ++j) z += std::exp(-double(j) * double(j) / (2 * s2));
+    auto pmf = [&](long j) { return std::exp(-double(j) * double(j) / (2 * s2)) / z; };
+    // one bin per value |j| < top, the two outer bins j <= -top and j >= top (top the
+    // last value with at least 5 expected draws)
+    long top = 0;
+    while (pmf(top + 1) * double(n) >= 5) ++top;
+    std::vector<double> count(std::size_t(2 * top + 1), 0.0);
+    for (auto v : k) count[std::size_t(std::clamp<std::int64_t>(v, -top, top) + top)] += 1;
+    double outer = 0;
+    for (long j = top; j <= 60 * long(s); ++j) outer += pmf(j);
+    double chi2 = 0;
+    for (long j = -top; j <= top; ++j) {
+      const double p = std::labs(j) == top ? outer : pmf(j);
+      const double c = count[std::size_t(j + top)];
+      chi2 += (c - p * double(n)) * (c - p * double(n)) / (p * double(n));
+    }
+    const double df = double(2 * top);
+    CAPTURE(chi2);
+    CAPTURE(df);
+    CHECK(top >= 4 * long(s));
+    CHECK(chi2 < df + 5 * std::sqrt(2 * df));
+    // P(0) alone, within 5 binomial standard errors
+    const double p0 = pmf(0), c0 = count[std::size_t(top)];
+    CHECK(std::fabs(c0 - p0 * double(n)) < 5 * std::sqrt(double(n) * p0 * (1 - p0)));
+  }
+}
+
 TEST_CASE("random: discrete Gaussian scale bounds and buffers are checked") {
   FastRng rng(3);
   std::int64_t k[4];
