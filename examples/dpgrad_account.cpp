@@ -279,13 +279,13 @@ int run(int argc, char** argv) {
   if (o_sampler->count() && sampler != "poisson" && sampler != "fixed" && sampler != "shuffle")
     throw InvalidInput("unknown sampler '" + sampler + "' (expected poisson, fixed or shuffle)");
   if (!o_sampler->count())  // the sampler an explicit accountant analyses, else Poisson
-    sampler = accountant == "wor" ? "fixed" : accountant == "shuffle" ? "shuffle" : "poisson";
+    sampler = analysed_sampler(accountant);
   if (!o_accountant->count()) accountant = default_accountant(sampler);
   if (accountant != "rdp" && accountant != "pld" && accountant != "gdp" && accountant != "wor" &&
       accountant != "shuffle")
     throw InvalidInput("unknown accountant '" + accountant + "' (expected rdp, pld, gdp, wor or shuffle)");
   {
-    const std::string needs = accountant == "wor" ? "fixed" : accountant == "shuffle" ? "shuffle" : "poisson";
+    const std::string needs = analysed_sampler(accountant);
     if (sampler != needs)
       throw InvalidInput("--accountant " + accountant + " analyses " + needs + " sampling, not --sampler " + sampler);
   }

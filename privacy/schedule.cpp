@@ -17,6 +17,12 @@ std::string default_accountant(const std::string& sampler) {
   throw std::invalid_argument("unknown sampler '" + sampler + "' (expected poisson, fixed or shuffle)");
 }
 
+std::string analysed_sampler(const std::string& accountant) {
+  if (accountant == "wor") return "fixed";
+  if (accountant == "shuffle") return "shuffle";
+  return "poisson";
+}
+
 long steps_for_epochs(const std::string& sampler, long n, long batch, double epochs, double fraction) {
   if (n < 1) throw std::invalid_argument("dataset size must be >= 1, got " + std::to_string(n));
   if (batch < 1 || batch > n)

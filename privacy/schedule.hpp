@@ -12,6 +12,10 @@ namespace dpgrad::privacy {
 /// Throws std::invalid_argument for an unknown sampler.
 std::string default_accountant(const std::string& sampler);
 
+/// The sampler an accountant analyses: "fixed" for wor, "shuffle" for shuffle,
+/// "poisson" for the others.
+std::string analysed_sampler(const std::string& accountant);
+
 /// Steps of `epochs` epochs, rounded up. "poisson" and "fixed": an epoch is N / L steps
 /// (q = L / N, so each example is used once per epoch in expectation); "shuffle": an
 /// epoch is one pass stopped after floor(F N / L) batches. Throws std::invalid_argument
