@@ -73,6 +73,10 @@ void require_finite_positive(double v, const char* what, const char* name) {
 
 // ---------------------------------------------------------------- distributions
 
+void Rng::fill_u64(std::uint64_t* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = next_u64();
+}
+
 double Rng::uniform() {
   return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
 }
@@ -237,6 +241,22 @@ std::uint64_t FastRng::next_u64() {
   return result;
 }
 
+void FastRng::fill_u64(std::uint64_t* out, std::size_t n) {
+  // next_u64's steps on a local copy of the state (kept in registers)
+  std::uint64_t s0 = s_[0], s1 = s_[1], s2 = s_[2], s3 = s_[3];
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = rotl(s1 * 5, 7) * 9;
+    const std::uint64_t t = s1 << 17;
+    s2 ^= s0;
+    s3 ^= s1;
+    s1 ^= s2;
+    s0 ^= s3;
+    s2 ^= t;
+    s3 = rotl(s3, 45);
+  }
+  s_[0] = s0, s_[1] = s1, s_[2] = s2, s_[3] = s3;
+}
+
 std::string FastRng::describe() const {
   return "fast (xoshiro256**, seed " + std::to_string(seed_) + "): not for production noise";
 }
@@ -330,6 +350,18 @@ std::uint64_t SecureRng::next_u64() {
   sodium_memzero(buf_ + pos_, sizeof(v));  // used keystream does not linger in memory
   pos_ += sizeof(v);
   return v;
+}
+
+void SecureRng::fill_u64(std::uint64_t* out, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    if (pos_ + sizeof(std::uint64_t) > sizeof(buf_)) refill();
+    const std::size_t take = std::min(n - done, (sizeof(buf_) - pos_) / sizeof(std::uint64_t));
+    std::memcpy(out + done, buf_ + pos_, take * sizeof(std::uint64_t));
+    sodium_memzero(buf_ + pos_, take * sizeof(std::uint64_t));
+    pos_ += take * sizeof(std::uint64_t);
+    done += take;
+  }
 }
 
 std::string SecureRng::describe() const { return "secure (ChaCha20 via libsodium, OS entropy)"; }
@@ -547,29 +579,6 @@ void check_scale(std::uint64_t scale, const char* who) {
                                 std::to_string(kMaxDiscreteGaussianScale) + "], got " + std::to_string(scale));
 }
 
-template <class T>
-void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
-  check_scale(g.scale, "add_grid_noise");
-  int e = 0;
-  if (!(std::isfinite(g.grid) && g.grid > 0 && std::frexp(g.grid, &e) == 0.5 && e > -1000 && e < 1000))
-    throw std::invalid_argument("add_grid_noise: grid must be a power of two in [2^-1000, 2^1000], got " +
-                                std::to_string(g.grid));
-  if (n > 0 && x == nullptr) throw std::invalid_argument("add_grid_noise: null buffer");
-  const double inverse = 1.0 / g.grid;  // exact: a power of two
-  constexpr double kLimit = 0x1.0p52;
-  BitStream bits(rng);
-  const DiscreteGaussianScale scale(g.scale);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double v = static_cast<double>(x[i]) * inverse;  // exact
-    if (!(std::fabs(v) < kLimit))
-      throw std::runtime_error("add_grid_noise: value " + std::to_string(double(x[i])) +
-                               " is not finite or too large for the grid " + std::to_string(g.grid));
-    const double m = std::nearbyint(v);  // round to nearest, ties to even (the default mode)
-    const auto k = static_cast<double>(discrete_gaussian(bits, scale));
-    x[i] = static_cast<T>((m + k) * g.grid);  // m + k is an integer below 2^53: exact in double
-  }
-}
-
 }  // namespace
 
 void fill_discrete_gaussian(Rng& rng, std::uint64_t scale, std::int64_t* out, std::size_t n) {
@@ -594,8 +603,6 @@ NoiseGrid noise_grid(double noise_std) {
   return g;
 }
 
-void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }
-void add_grid_noise(Rng& rng, const NoiseGrid& g, double* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }
 
 // ---------------------------------------------------------------- factory
 

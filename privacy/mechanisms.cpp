@@ -1,5 +1,6 @@
 // Gaussian, Laplace and vector-Laplace noise on top of dpgrad::Rng, with the
 // input checks that keep a bad scale from silently releasing unprotected data.
+#include "engine/grid_noise.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/mechanisms.hpp"
 
@@ -91,32 +92,39 @@ double logistic_regression_sensitivity(long n, double lambda) {
 namespace {
 
 /// grid_noise_bound's terms a, b and tau for `draws` coordinates at `scale`, each
-/// rounded up by a relative 1e-9, far above the rounding of these few operations
-/// and of the sampler's truncation at |k| < 2048 (s + 1) (probability < e^-2000000).
+/// rounded up by a relative 1e-9, far above the rounding of these few operations.
+/// a and b include the sampler's pmf bound eta (GridNoiseSampler::kPmfBound,
+/// docs/noise.md section 5), which holds on |k| <= kCoverage s: R may not exceed it.
 struct GridTerms {
   double a, b, tail;
 };
 constexpr double kUp = 1 + 1e-9;
+constexpr double kEta = GridNoiseSampler::kPmfBound;
 
 GridTerms grid_terms(double draws, double scale, double R = 12.0) {
   if (!(std::isfinite(draws) && draws >= 0))
     throw std::invalid_argument("grid_noise_bound: draws must be finite and >= 0, got " + std::to_string(draws));
   if (!(std::isfinite(scale) && scale >= 1))
     throw std::invalid_argument("grid_noise_bound: scale must be >= 1, got " + std::to_string(scale));
+  if (!(R > 0 && R <= GridNoiseSampler::kCoverage))
+    throw std::logic_error("grid_noise_bound: truncation beyond the sampler's coverage");
   constexpr double kPi = 3.14159265358979323846;
   const double s2 = scale * scale;
-  return {draws * -std::log1p(-1.0 / (24 * s2)) * kUp,
-          draws * (R * R / (8 * s2) + 3 * std::exp(-2 * kPi * kPi * s2)) * kUp,
+  return {draws * (-std::log1p(-1.0 / (24 * s2)) + kEta) * kUp,
+          draws * (R * R / (8 * s2) + 3 * std::exp(-2 * kPi * kPi * s2) + kEta) * kUp,
           draws * std::exp(-0.5 * (R - 0.5 / scale) * (R - 0.5 / scale)) * kUp};
 }
 
-/// The truncation R (any R > 0 is valid, docs/noise.md section 4) at which the
-/// tail term e^a e^epsilon tau stays below 2^-11 delta: 12, or more for large
-/// epsilon. (The other 2^-11 of the reserve covers jl:K's steps whose chi-square
-/// factor exceeds 1024 K, where the grid's allowance is not proven: e^-508 a step.)
+/// The truncation R (any R in (0, kCoverage] is valid, docs/noise.md section 4)
+/// at which the tail term e^a e^epsilon tau stays below 2^-11 delta: 12, or more
+/// for large epsilon; +infinity when even kCoverage is not enough (epsilon in the
+/// hundreds: the run then claims none). (The other 2^-11 of the reserve covers
+/// jl:K's steps whose chi-square factor exceeds 1024 K, where the grid's allowance
+/// is not proven: e^-508 a step.)
 double grid_truncation(double epsilon, double delta, double draws, double scale, double ea) {
   const double need = epsilon + std::log(draws * ea * 2048 * kUp * kUp / delta);
-  return std::max(12.0, (0.5 / scale + std::sqrt(2 * std::max(need, 0.0))) * kUp);
+  const double R = std::max(12.0, (0.5 / scale + std::sqrt(2 * std::max(need, 0.0))) * kUp);
+  return R <= GridNoiseSampler::kCoverage ? R : INFINITY;
 }
 
 }  // namespace
@@ -144,7 +152,8 @@ GridNoiseSlack grid_noise_slack(double delta, double draws, double scale, double
   const double a = grid_terms(draws, scale).a, ea = std::exp(a) * kUp;
   GridNoiseSlack s;
   s.inner_delta = delta * (1 - 0x1p-10) / ea;
-  s.epsilon_slack = a + grid_terms(draws, scale, grid_truncation(max_epsilon, delta, draws, scale, ea)).b;
+  const double R = grid_truncation(max_epsilon, delta, draws, scale, ea);
+  s.epsilon_slack = std::isfinite(R) ? a + grid_terms(draws, scale, R).b : INFINITY;
   return s;
 }
 

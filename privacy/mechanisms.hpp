@@ -23,8 +23,9 @@ void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng);
 /// N(0, s^2 grid^2) per coordinate, made to hold for the discrete Gaussian
 /// grid * N_Z(0, s^2) that the DP optimizer adds instead (docs/noise.md section 4):
 /// with n = `draws` (noised coordinates over the whole run: steps x parameters),
-/// a = n (-log(1 - 1/(24 s^2))), b = n (R^2 / (8 s^2) + 3 exp(-2 pi^2 s^2)), R = 12,
-/// tau = n exp(-(R - 1/(2 s))^2 / 2):
+/// a = n (-log(1 - 1/(24 s^2)) + eta), b = n (R^2 / (8 s^2) + 3 exp(-2 pi^2 s^2) + eta),
+/// R = 12, tau = n exp(-(R - 1/(2 s))^2 / 2), eta = GridNoiseSampler::kPmfBound
+/// (how far the sampler's pmf may be from the discrete Gaussian's, section 5):
 ///   epsilon' = epsilon + a + b,   delta' = e^a (delta + e^epsilon tau).
 /// scale: s >= 1 as the sampler uses it (NoiseGrid::scale); draws >= 0.
 struct GridNoiseBound {
@@ -35,7 +36,8 @@ GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, doub
 
 /// What to ask a Gaussian accountant for so that grid_noise_bound's result holds
 /// at `delta`: its epsilon at `inner_delta`, plus `epsilon_slack`, for any
-/// epsilon up to `max_epsilon` (the truncation R grows with it; docs/noise.md).
+/// epsilon up to `max_epsilon` (the truncation R grows with it; docs/noise.md);
+/// epsilon_slack is +infinity past the sampler's coverage (max_epsilon in the hundreds).
 struct GridNoiseSlack {
   double inner_delta = 0;
   double epsilon_slack = 0;

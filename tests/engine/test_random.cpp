@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grid_noise.hpp"
 #include "engine/random.hpp"
 
 using dpgrad::FastRng;
@@ -756,7 +757,7 @@ TEST_CASE("random: grid noise releases round(x / grid) + k exactly, k the same d
     std::vector<double> in = y;
     dpgrad::add_grid_noise(a, g, y.data(), n);
     std::vector<std::int64_t> k(n);
-    dpgrad::fill_discrete_gaussian(b, g.scale, k.data(), n);
+    dpgrad::GridNoiseSampler(g.scale).fill(b, k.data(), n);
     std::size_t bad = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double m = std::nearbyint(in[i] / g.grid);
@@ -781,4 +782,158 @@ TEST_CASE("random: grid noise releases round(x / grid) + k exactly, k the same d
   CHECK_THROWS_AS(dpgrad::add_grid_noise(c, g, &huge, 1), std::runtime_error);
   CHECK_THROWS_AS(dpgrad::add_grid_noise(c, dpgrad::NoiseGrid{0.3, g.scale}, y.data(), 1), std::invalid_argument);
   CHECK_THROWS_AS(dpgrad::add_grid_noise(c, dpgrad::NoiseGrid{g.grid, 0}, y.data(), 1), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- the grid's sampler
+
+namespace {
+
+/// Hands out a fixed list of words, then zeros.
+class ScriptedRng final : public Rng {
+ public:
+  explicit ScriptedRng(std::vector<std::uint64_t> w) : words_(std::move(w)) {}
+  std::uint64_t next_u64() override { return used_ < words_.size() ? words_[used_++] : (++used_, 0); }
+  bool secure() const override { return false; }
+  std::string describe() const override { return "scripted"; }
+  std::string state() const override { return ""; }
+  void set_state(const std::string&) override {}
+  std::size_t used() const { return used_; }
+
+ private:
+  std::vector<std::uint64_t> words_;
+  std::size_t used_ = 0;
+};
+
+const std::uint64_t kGridScales[] = {(std::uint64_t(1) << 24) + 1, 23456789, (std::uint64_t(1) << 25) + 2};
+
+}  // namespace
+
+TEST_CASE("grid sampler: Bernoulli of a double compares the uniform's bits with the double's exactly") {
+  using dpgrad::bernoulli_dyadic;
+  // p = 0.75: U < 0.75 iff the first word is below 0.75 * 2^64
+  {
+    ScriptedRng below({0xBFFFFFFFFFFFFFFFull}), at({0xC000000000000000ull});
+    CHECK(bernoulli_dyadic(below, 0.75));
+    CHECK_FALSE(bernoulli_dyadic(at, 0.75));
+  }
+  // p = 3 * 2^-70 (binary: 68 zeros, then 11): U's first 68 bits must be 0 and the
+  // next two below 11
+  const double p = std::ldexp(3.0, -70);
+  {
+    ScriptedRng yes({0, 0x0000000000000000ull, 0}), first_word_not_zero({1, 0});
+    CHECK(bernoulli_dyadic(yes, p));
+    CHECK_FALSE(bernoulli_dyadic(first_word_not_zero, p));
+  }
+  {
+    // second word: 4 zero bits, then 10 (= 2 < 3): yes; 11 (= 3): no
+    ScriptedRng yes({0, 0x0800000000000000ull}), no({0, 0x0C00000000000000ull}), edge({0, 0x0BFFFFFFFFFFFFFFull});
+    CHECK(bernoulli_dyadic(yes, p));
+    CHECK_FALSE(bernoulli_dyadic(no, p));
+    CHECK(bernoulli_dyadic(edge, p));
+    CHECK(yes.used() == 2);
+  }
+  // p whose 53-bit mantissa straddles two words: 2^-60 (1 + 2^-52)
+  const double q = std::ldexp(1.0 + 0x1p-52, -60);
+  {
+    // U's first 112 bits equal q's: not below; one unit less in the 112th bit: below
+    ScriptedRng equal({std::uint64_t(1) << 4, std::uint64_t(1) << 16}),
+        lower({std::uint64_t(1) << 4, (std::uint64_t(1) << 16) - 1});
+    CHECK_FALSE(bernoulli_dyadic(equal, q));
+    CHECK(bernoulli_dyadic(lower, q));
+  }
+  ScriptedRng any({123});
+  CHECK_FALSE(bernoulli_dyadic(any, 0.0));
+  CHECK(bernoulli_dyadic(any, 1.0));
+  CHECK_THROWS_AS(bernoulli_dyadic(any, 1.5), std::invalid_argument);
+  CHECK_THROWS_AS(bernoulli_dyadic(any, double(NAN)), std::invalid_argument);
+}
+
+TEST_CASE("grid sampler: the alias table gives every bin exactly its integer weight") {
+  for (std::uint64_t s : kGridScales) {
+    CAPTURE(s);
+    const dpgrad::GridNoiseSampler g(s);
+    std::uint64_t total = 0;
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < dpgrad::GridNoiseSampler::kColumns; ++j) {
+      total += g.bin_weight(j);
+      wrong += g.realised_bin_weight(j) != g.bin_weight(j);
+    }
+    CHECK(total == dpgrad::GridNoiseSampler::kTotalWeight);
+    CHECK(wrong == 0);
+    // the bins cover |k| <= 36 s, each with a weight, and nothing beyond the refusing bin
+    const std::size_t covered = g.covered_bins();
+    CHECK(double(covered - 1) * 0x1p20 >= 36.0 * double(s));
+    for (std::size_t j = 0; j < covered; ++j) CHECK(g.bin_weight(j) > 0);
+    for (std::size_t j = covered + 1; j < dpgrad::GridNoiseSampler::kColumns; ++j) CHECK(g.bin_weight(j) == 0);
+  }
+  CHECK_THROWS_AS(dpgrad::GridNoiseSampler(1 << 24), std::invalid_argument);
+  CHECK_THROWS_AS(dpgrad::GridNoiseSampler((std::uint64_t(1) << 25) + 3), std::invalid_argument);
+}
+
+TEST_CASE("grid sampler: proposal times acceptance is the discrete Gaussian's weight up to 2^-45") {
+  // The sampler's pmf is proportional to w_j A(m) / W (m in bin j, halved at 0).
+  // This must equal exp(-m^2 / (2 s^2)) times one constant for every m, within
+  // the error budget of docs/noise.md section 5; long double is the reference.
+  for (std::uint64_t s : kGridScales) {
+    CAPTURE(s);
+    const dpgrad::GridNoiseSampler g(s);
+    const long double s2 = static_cast<long double>(s) * s;
+    auto ratio = [&](std::uint64_t m) {
+      const long double f = std::exp(-static_cast<long double>(m) * m / (2 * s2)) * (m == 0 ? 0.5L : 1.0L);
+      return static_cast<long double>(g.bin_weight(m >> 20)) * g.acceptance(m) / f;
+    };
+    const long double ref = ratio(1);
+    long double worst = 0;
+    FastRng pick(s);
+    const std::uint64_t top = g.covered_bins() << 20;
+    std::vector<std::uint64_t> ms = {0, 1, 2, (1 << 20) - 1, 1 << 20, s, 3 * s, 12 * s, 36 * s, top - 1};
+    for (std::uint64_t j = 0; j < g.covered_bins(); ++j)
+      for (std::uint64_t o : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(1) << 19, (std::uint64_t(1) << 20) - 1,
+                              pick.below(std::uint64_t(1) << 20)})
+        ms.push_back((j << 20) + o);
+    for (std::uint64_t m : ms) {
+      const double a = g.acceptance(m);
+      CHECK(a > 0);
+      CHECK(a <= 1);
+      worst = std::max(worst, std::fabs(std::log(ratio(m) / ref)));
+    }
+    CAPTURE(double(worst));
+    CHECK(worst < 0x1p-45L);
+    // beyond the covered bins nothing is accepted
+    CHECK(g.acceptance(top) == 0);
+    CHECK(g.acceptance(top + 12345) == 0);
+  }
+}
+
+TEST_CASE("grid sampler: draws agree with the exact sampler at the noise grid's scale (two-sample chi-square)") {
+  const std::uint64_t s = (std::uint64_t(1) << 24) + 1;
+  const std::size_t n = 400000;
+  FastRng a(61), b(62);
+  std::vector<std::int64_t> fast(n), exact(n);
+  dpgrad::GridNoiseSampler(s).fill(a, fast.data(), n);
+  dpgrad::fill_discrete_gaussian(b, s, exact.data(), n);
+  // 200 bins of width s / 20 over [-5 s, 5 s], plus the two tails
+  auto binned = [&](const std::vector<std::int64_t>& v) {
+    std::vector<std::int64_t> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      out[i] = std::clamp<std::int64_t>(
+          static_cast<std::int64_t>(std::floor(double(v[i]) / (double(s) / 20))), -101, 100);
+    return out;
+  };
+  double df = 0;
+  const double chi2 = two_sample_chi_square(binned(fast), binned(exact), df);
+  CAPTURE(chi2);
+  CAPTURE(df);
+  CHECK(df >= 150);
+  CHECK(chi2 < df + 5 * std::sqrt(2 * df));
+  double va = 0, vb = 0, ma = 0, odd = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    va += double(fast[i]) * double(fast[i]);
+    vb += double(exact[i]) * double(exact[i]);
+    ma += double(fast[i]);
+    odd += fast[i] & 1;
+  }
+  CHECK(va / vb == doctest::Approx(1.0).epsilon(10 * std::sqrt(2.0 / double(n))));
+  CHECK(std::fabs(ma / double(n)) < 5 * double(s) / std::sqrt(double(n)));
+  CHECK(std::fabs(odd / double(n) - 0.5) < 5 * 0.5 / std::sqrt(double(n)));  // the low bits are uniform
 }

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include "engine/grid_noise.hpp"
 #include "engine/random.hpp"
 #include "layers/dense.hpp"
 #include "optim/dp_optimizer.hpp"
@@ -380,7 +381,7 @@ TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the
   for (std::size_t j = 0; j < params.size(); ++j) {
     const A released = dp.sat_direction()[j] * expected_batch;  // exact: L is a power of two
     std::vector<std::int64_t> k(released.size());
-    fill_discrete_gaussian(noise_copy, grid.scale, k.data(), k.size());
+    GridNoiseSampler(grid.scale).fill(noise_copy, k.data(), k.size());
     for (std::size_t i = 0; i < released.size(); ++i, ++coords) {
       const double steps = released.data()[i] / grid.grid;
       off_grid += steps != std::nearbyint(steps);

@@ -134,20 +134,23 @@ TEST_CASE("output perturbation and logistic regression sensitivity") {
 }
 
 TEST_CASE("grid noise bound: epsilon and delta grow by the derived slack of the discrete Gaussian") {
-  // 10^9 draws at s = 2^24 (values worked out to 30 digits by hand from docs/noise.md section 4):
-  // a = 10^9 (-log(1 - 1/(24 s^2))) = 1.4802973661668755e-7, b = 10^9 * 18 / s^2 = 6.3948846218409017e-5,
-  // tau = 10^9 exp(-(12 - 2^-25)^2 / 2) = 5.38e-23, delta' = e^a (1e-5 + e tau) = 1.0000001480297476e-5
+  // 10^9 draws at s = 2^24 (values worked out to 30 digits by hand from docs/noise.md
+  // sections 4 and 5), eta = 2^-44:
+  // a = 10^9 (-log(1 - 1/(24 s^2)) + eta) = 1.4802973661668755e-7 + 5.6843418860808015e-5,
+  // b = 10^9 (18 / s^2 + eta) = 6.3948846218409017e-5 + 5.6843418860808015e-5,
+  // tau = 10^9 exp(-(12 - 2^-25)^2 / 2) = 5.38e-23, delta' = e^a (1e-5 + e tau) = 1.0000569930726409e-5
   const GridNoiseBound r = grid_noise_bound(1.0, 1e-5, 1e9, 0x1.0p24);
-  CHECK(r.epsilon - 1.0 == doctest::Approx(6.4096875955025704e-5).epsilon(1e-8));
-  CHECK(r.epsilon > 1.0 + 6.4096875955025704e-5);  // rounded up, never down
-  CHECK(r.delta == doctest::Approx(1.0000001480297476e-5).epsilon(1e-8));
-  CHECK(r.delta > 1.0000001480297476e-5 * (1 - 1e-15));
+  CHECK(r.epsilon - 1.0 == doctest::Approx(1.7778371367664173e-4).epsilon(1e-8));
+  CHECK(r.epsilon > 1.0 + 1.7778371367664173e-4);  // rounded up, never down
+  CHECK(r.delta == doctest::Approx(1.0000569930726409e-5).epsilon(1e-8));
+  CHECK(r.delta > 1.0000569930726409e-5 * (1 - 1e-15));
   // no draws: nothing changes; small scales: the discrete Gaussian's normaliser term counts
   const GridNoiseBound none = grid_noise_bound(2.0, 1e-6, 0, 0x1.0p24);
   CHECK(none.epsilon == 2.0);
   CHECK(none.delta == 1e-6);
   const GridNoiseBound small = grid_noise_bound(0.5, 1e-6, 1, 1.0);
-  CHECK(small.epsilon - 0.5 == doctest::Approx(-std::log1p(-1.0 / 24) + 18 + 3 * std::exp(-2 * M_PI * M_PI)).epsilon(1e-8));
+  CHECK(small.epsilon - 0.5 ==
+        doctest::Approx(-std::log1p(-1.0 / 24) + 18 + 3 * std::exp(-2 * M_PI * M_PI) + 0x1p-43).epsilon(1e-8));
   CHECK_THROWS_AS(grid_noise_bound(-1, 1e-5, 10, 1e6), std::invalid_argument);
   CHECK_THROWS_AS(grid_noise_bound(1, 2, 10, 1e6), std::invalid_argument);
   CHECK_THROWS_AS(grid_noise_bound(1, 1e-5, -1, 1e6), std::invalid_argument);
