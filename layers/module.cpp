@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/array.hpp"
+#include "engine/ops.hpp"
 
 namespace dpgrad {
 
@@ -60,11 +61,30 @@ ArrayT<V> take_rows(const ArrayT<V>& a, const std::vector<std::size_t>& rows) {
 }  // namespace
 
 template <class T>
+std::size_t BatchT<T>::size() const {
+  if (!labels.empty() || targets.dimension() == 0) return labels.size();
+  return targets.shape()[0];
+}
+
+template <class T>
 std::size_t BatchT<T>::examples() const {
-  if (views == 0 || labels.size() % views != 0)
-    throw std::invalid_argument("Batch: " + std::to_string(labels.size()) + " rows are not whole examples of " +
+  const std::size_t rows = size();
+  if (views == 0 || rows % views != 0)
+    throw std::invalid_argument("Batch: " + std::to_string(rows) + " rows are not whole examples of " +
                                 std::to_string(views) + " views");
-  return labels.size() / views;
+  if (!labels.empty() && targets.dimension() > 0 && targets.shape()[0] != labels.size())
+    throw std::invalid_argument("Batch: " + std::to_string(labels.size()) + " labels but " +
+                                std::to_string(targets.shape()[0]) + " rows of targets");
+  return rows / views;
+}
+
+template <class T>
+TensorT<T> ModelT<T>::row_losses(const TensorT<T>& outputs, const BatchT<T>& batch) const {
+  if (loss_) return loss_(outputs, batch);
+  if (batch.labels.empty())
+    throw std::invalid_argument(name() + ": the batch has no class labels for the default cross-entropy loss; "
+                                "set a loss for real-valued targets (mse_loss, bce_with_logits_loss)");
+  return cross_entropy(outputs, batch.labels);
 }
 
 template <class T>
@@ -80,8 +100,9 @@ BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& index) const {
   b.views = views;
   b.inputs = take_rows(inputs, rows);
   b.tokens = take_rows(tokens, rows);
+  b.targets = take_rows(targets, rows);
   for (auto r : rows) {
-    b.labels.push_back(labels[r]);
+    if (!labels.empty()) b.labels.push_back(labels[r]);
     if (!lengths.empty()) b.lengths.push_back(lengths[r]);
     if (!ids.empty()) b.ids.push_back(ids[r]);
   }
@@ -105,6 +126,8 @@ template class SequentialT<float>;
 template class SequentialT<double>;
 template struct BatchT<float>;
 template struct BatchT<double>;
+template class ModelT<float>;
+template class ModelT<double>;
 template class FeatureModelT<float>;
 template class FeatureModelT<double>;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,11 +67,12 @@ struct BatchT {
   ArrayT<T> inputs;                    // (R, ...) features; empty for token models
   ArrayT<std::int32_t> tokens;         // (R, L) token ids padded with 0; empty for feature models
   std::vector<std::int32_t> lengths;   // (R) true sequence lengths (token models)
-  std::vector<std::int32_t> labels;    // (R)
+  std::vector<std::int32_t> labels;    // (R) class labels (classification); may be empty with targets
+  ArrayT<T> targets;                   // (R, ...) real-valued targets (regression, multi-label); may be absent
   std::vector<std::int64_t> ids;       // (R) dataset indices, for rules fixed per example; may be empty
   std::size_t views = 1;               // rows per example (R = examples() * views)
-  /// Rows.
-  std::size_t size() const { return labels.size(); }
+  /// Rows: the labels', or the targets' when there are no labels.
+  std::size_t size() const;
   /// Examples: what is clipped, sampled and counted for privacy. Throws unless
   /// the rows are whole examples (views >= 1 dividing the row count).
   std::size_t examples() const;
@@ -78,12 +80,26 @@ struct BatchT {
   BatchT select(const std::vector<std::size_t>& index) const;
 };
 
-/// A whole network: batch -> logits (B, classes).
+/// A per-sample loss: the model's outputs (R, ...) and the batch they came from
+/// -> one loss per row (R). Built from engine ops only, so that every clipping
+/// strategy differentiates it (layers/losses.hpp has the usual ones).
+template <class T>
+using LossFnT = std::function<TensorT<T>(const TensorT<T>& outputs, const BatchT<T>& batch)>;
+
+/// A whole network: batch -> outputs (B, ...), logits by default, and the loss
+/// its training minimises (softmax cross-entropy against the labels unless set).
 template <class T>
 class ModelT : public ModuleT<T> {
  public:
   virtual TensorT<T> forward(const BatchT<T>& batch) = 0;
   virtual std::string name() const = 0;
+  /// Replaces the loss (an empty function restores cross-entropy).
+  void set_loss(LossFnT<T> loss) { loss_ = std::move(loss); }
+  /// Per-row losses of `outputs` for `batch`: (R).
+  TensorT<T> row_losses(const TensorT<T>& outputs, const BatchT<T>& batch) const;
+
+ private:
+  LossFnT<T> loss_;
 };
 
 /// A model over dense features: a Sequential stack applied to batch.inputs.

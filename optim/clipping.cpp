@@ -20,7 +20,7 @@ namespace dpgrad {
 
 template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch) {
-  TensorT<T> rows = cross_entropy(model.forward(batch), batch.labels);
+  TensorT<T> rows = model.row_losses(model.forward(batch), batch);
   if (batch.views == 1) return rows;
   // (R) -> (B, views) -> the mean over each example's views: (B); examples() checks R = B * views
   return mean(reshape(rows, Shape{batch.examples(), batch.views}), {1});
@@ -270,6 +270,7 @@ class JlStrategy final : public ClipStrategyT<T> {
   /// chunk: directions per pass along the tape (0: chosen from the tape's size).
   JlStrategy(int k, int chunk) : k_(k), chunk_(chunk) {}
   std::string name() const override { return "jl:" + std::to_string(k_) + (chunk_ ? "/" + std::to_string(chunk_) : ""); }
+  bool splits_into_chunks() const override { return false; }
   int jl_dim() const override { return k_; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     auto ps = model.parameters();
@@ -349,6 +350,7 @@ std::size_t microbatch_of(const unsigned char* key, std::int64_t id, std::size_t
 template <class T>
 class MicrobatchStrategy final : public ClipStrategyT<T> {
  public:
+  bool splits_into_chunks() const override { return false; }
   MicrobatchStrategy(int m, double expected_batch)
       : m_(m), count_(std::max<std::size_t>(1, std::size_t(std::ceil(expected_batch / m)))) {}
   std::string name() const override { return "microbatch:" + std::to_string(m_); }

@@ -40,6 +40,10 @@ class ClipStrategyT {
   virtual bool is_private() const { return true; }
   /// JL dimension K for the accountant (0: exact norms).
   virtual int jl_dim() const { return 0; }
+  /// Whether a batch may be clipped in chunks whose sums add up to the batch's:
+  /// true when each contribution is one example's own (not jl:K, whose directions
+  /// are shared by the batch, nor microbatch:M, whose groups span it).
+  virtual bool splits_into_chunks() const { return true; }
 };
 
 /// "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C" (C directions per pass
@@ -66,8 +70,9 @@ double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, con
 template <class T>
 std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std::vector<TensorT<T>>& ps);
 
-/// Per-example losses (B = batch.examples()) of the model on a batch: softmax
-/// cross-entropy, averaged over each example's views.
+/// Per-example losses (B = batch.examples()) of the model on a batch: the model's
+/// loss (ModelT::set_loss; softmax cross-entropy by default), averaged over each
+/// example's views.
 template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch);
 
