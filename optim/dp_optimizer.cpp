@@ -27,6 +27,9 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
     throw std::invalid_argument("DP-SAT's rho must be >= 0, got " + std::to_string(c.sat_rho));
   if (c.sat_rho > 0)
     for (const auto& p : model.parameters()) sat_direction_.push_back(xt::zeros<T>(p.value().shape()));
+  if (c.physical_batch > 0 && !strategy.splits_into_chunks())
+    throw std::invalid_argument("physical batches of " + std::to_string(c.physical_batch) + " examples need a strategy "
+                                "whose contributions are per example (naive, vanilla, ghost), not " + strategy.name());
   if (!strategy.is_private()) return;
   if (!(c.clip_norm > 0 && std::isfinite(c.clip_norm)))
     throw std::invalid_argument("clip norm must be > 0, got " + std::to_string(c.clip_norm));
@@ -101,6 +104,31 @@ double DPOptimizerT<T>::noise_variance() const {
 }
 
 template <class T>
+ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch) {
+  const std::size_t examples = batch.examples(), chunk = config_.physical_batch;
+  if (chunk == 0 || examples <= chunk) return strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux_rng_);
+  ClipResult<T> total;
+  std::vector<T> norms;
+  std::vector<std::size_t> index;
+  for (std::size_t start = 0; start < examples; start += chunk) {
+    index.clear();
+    for (std::size_t i = start; i < std::min(examples, start + chunk); ++i) index.push_back(i);
+    ClipResult<T> part = strategy_.clipped_sum(model_, batch.select(index), grid_clip_norm_, aux_rng_);
+    if (total.sum.empty()) {
+      total.sum = std::move(part.sum);
+    } else {
+      for (std::size_t j = 0; j < total.sum.size(); ++j) total.sum[j] += part.sum[j];
+    }
+    total.loss_sum += part.loss_sum;
+    total.clipped += part.clipped;
+    norms.insert(norms.end(), part.norms.begin(), part.norms.end());
+  }
+  total.norms = ArrayT<T>::from_shape({norms.size()});
+  std::copy(norms.begin(), norms.end(), total.norms.begin());
+  return total;
+}
+
+template <class T>
 StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   StepStats st;
   st.batch = batch.examples();
@@ -128,7 +156,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       restore.emplace(ps, theta);  // in place: a temporary would restore at once
     }
   }
-  ClipResult<T> r = strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux_rng_);
+  ClipResult<T> r = clipped_sum(batch);
   restore.reset();
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;

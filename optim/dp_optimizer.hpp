@@ -30,6 +30,12 @@ struct DPConfig {
   double noise_multiplier = 1.0;  // sigma >= 0; 0 only with allow_no_noise
   bool allow_no_noise = false;    // sigma = 0 was asked for explicitly: not private
   double sat_rho = 0.0;           // DP-SAT's step towards the previous noised gradient (0: off)
+  /// Physical batches: a logical batch of more examples is clipped in chunks of at
+  /// most this many (0: in one piece), which bounds memory; the clipped sums are
+  /// added up, and noise, the update and the accounting happen once per logical
+  /// batch. Only strategies whose contributions are per example (naive, vanilla,
+  /// ghost) split; others are refused.
+  std::size_t physical_batch = 0;
 };
 
 struct StepStats {
@@ -97,6 +103,8 @@ class DPOptimizerT {
   void reset_gradient_energy();
 
  private:
+  ClipResult<T> clipped_sum(const BatchT<T>& batch);
+
   ModelT<T>& model_;
   OptimizerT<T>& base_;
   ClipStrategyT<T>& strategy_;

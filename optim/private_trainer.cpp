@@ -1,0 +1,367 @@
+// PrivateTrainer (optim/private_trainer.hpp): everything a private run needs,
+// checked and settled in the constructor, before any step.
+#include "optim/private_trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+#include "engine/ops.hpp"
+#include "engine/random.hpp"
+#include "engine/tape.hpp"
+#include "optim/checkpoint.hpp"
+#include "privacy/accountant.hpp"
+#include "privacy/calibration.hpp"
+#include "privacy/mechanisms.hpp"
+#include "privacy/schedule.hpp"
+
+namespace dpgrad {
+
+std::string to_string(Sampling s) {
+  switch (s) {
+    case Sampling::poisson: return "poisson";
+    case Sampling::shuffle: return "shuffle";
+    case Sampling::fixed: return "fixed";
+  }
+  throw std::invalid_argument("unknown Sampling value");
+}
+
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+std::string num(double x) { return privacy::format_number(x, 6); }
+
+/// 1/N rounded down to a power of ten, and strictly below 1/N.
+double default_delta(std::size_t n) {
+  double d = std::pow(10.0, std::floor(std::log10(1.0 / double(n))));
+  if (d * double(n) >= 1) d /= 10;
+  return d;
+}
+
+}  // namespace
+
+template <class T>
+PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, const BatchT<T>& train,
+                                    PrivateTrainingConfigT<T> config, std::optional<std::filesystem::path> resume_from)
+    : model_(model), optimizer_(optimizer), train_(train), config_(std::move(config)), base_lr_(optimizer.lr()) {
+  const auto& c = config_;
+  const bool dp = !c.non_private;
+  // ---- settings that need no data
+  require(c.epochs > 0 && std::isfinite(c.epochs), "epochs must be > 0 and finite, got " + num(c.epochs));
+  require(c.max_steps >= 0, "max_steps must be >= 0 (0: no limit), got " + std::to_string(c.max_steps));
+  require(c.ema == 0 || (c.ema > 0 && c.ema < 1), "ema must be in (0, 1) (0: off), got " + num(c.ema));
+  require(c.lr_final < 0 || (c.lr_final <= base_lr_ && std::isfinite(c.lr_final)),
+          "lr_final must be at most the optimizer's learning rate " + num(base_lr_) + ", got " + num(c.lr_final));
+  if (dp) {
+    require(c.clip_norm > 0 && std::isfinite(c.clip_norm), "clip_norm must be > 0 and finite, got " + num(c.clip_norm));
+    require(c.noise_multiplier || c.target_epsilon, "a private run needs a noise_multiplier or a target_epsilon");
+    require(!c.noise_multiplier || (*c.noise_multiplier >= 0 && std::isfinite(*c.noise_multiplier)),
+            "noise_multiplier must be >= 0 and finite, got " + num(c.noise_multiplier.value_or(0)));
+    require(!c.target_epsilon || (*c.target_epsilon > 0 && std::isfinite(*c.target_epsilon)),
+            "target_epsilon must be > 0 and finite, got " + num(c.target_epsilon.value_or(0)));
+    require(!c.delta || (*c.delta > 0 && *c.delta < 1), "delta must be in (0, 1), got " + num(c.delta.value_or(0)));
+    if (c.noise_multiplier && *c.noise_multiplier == 0) {
+      require(c.allow_no_noise, "noise_multiplier 0 adds no noise and is NOT private; set allow_no_noise to insist");
+      require(!c.target_epsilon, "target_epsilon cannot be met without noise (noise_multiplier 0)");
+    }
+    require(c.sampling != Sampling::shuffle || (c.epoch_fraction > 0 && c.epoch_fraction < 1),
+            "epoch_fraction must be in (0, 1) for private shuffled training, got " + num(c.epoch_fraction));
+  } else {
+    require(!c.noise_multiplier && !c.target_epsilon, "a non-private run takes no noise_multiplier or target_epsilon");
+  }
+
+  // ---- data, sampler, strategy, accountant
+  const std::size_t n = train.examples();
+  require(n > 0, "the training set is empty");
+  require(c.batch_size >= 1 && c.batch_size <= n,
+          "batch_size must be in [1, " + std::to_string(n) + "] (the training set's size), got " +
+              std::to_string(c.batch_size));
+  const std::string sampling = dp ? to_string(c.sampling) : "shuffle";
+  const double fraction = dp && c.sampling == Sampling::shuffle ? c.epoch_fraction : 1.0;
+  sampler_ = make_sampler(sampling, n, c.batch_size, fraction);
+  total_steps_ = privacy::steps_for_epochs(sampler_->name(), long(n), long(c.batch_size), c.epochs, fraction);
+  if (c.max_steps > 0) total_steps_ = std::min(total_steps_, c.max_steps);
+  strategy_ = !dp ? std::shared_ptr<ClipStrategyT<T>>(make_clip_strategy<T>("none"))
+              : c.clipping ? c.clipping
+                           : clipping::ghost<T>();
+  require(!dp || strategy_->is_private(), "the clipping strategy " + strategy_->name() + " is not private");
+
+  nlohmann::json resumed_run;
+  if (resume_from) {
+    resumed_extra_ = CheckpointDir(*resume_from).read_extra();
+    require(resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object(),
+            "the checkpoint in " + resume_from->string() + " was not written by a PrivateTrainer");
+    resumed_run = resumed_extra_["trainer"];
+  }
+
+  if (dp) {
+    delta_ = c.delta.value_or(default_delta(n));
+    require(delta_ * double(n) < 1 || c.delta,
+            "the default delta would be 1/N or more for N = " + std::to_string(n) + "; give a delta");
+    accountant_name_ = c.accountant.empty() ? privacy::default_accountant(sampler_->name()) : c.accountant;
+    privacy::AccountantOptions aopts;
+    aopts.dataset_size = long(n);
+    aopts.batch_size = long(c.batch_size);
+    aopts.epoch_fraction = fraction;
+    accountant_ = privacy::make_accountant(accountant_name_, aopts);
+    check_accountant_matches(*sampler_, accountant_name_);
+    require(accountant_->upper_bound(),
+            "the " + accountant_name_ + " accountant is an approximation, not an upper bound: it can neither set the "
+            "noise nor be a run's epsilon; use " + privacy::default_accountant(sampler_->name()));
+    require(strategy_->jl_dim() == 0 || accountant_->supports_jl(),
+            "the " + accountant_name_ + " accountant cannot analyse " + strategy_->name() +
+                " (its clipping bound is random); use pld with poisson sampling");
+    const double sens = privacy::accounted_sensitivity(strategy_->sensitivity(), accountant_->neighbouring());
+    const double q = sampler_->sampling_rate(), coordinates = double(model.parameter_count());
+    auto epsilon_after = [&](double sigma, long steps) {
+      auto a = privacy::make_accountant(accountant_name_, aopts);
+      a->step(q, sigma / sens, steps, strategy_->jl_dim());
+      return privacy::grid_noise_epsilon(*a, delta_, coordinates);
+    };
+    if (resume_from) {  // the run's own sigma and length, never recalibrated
+      sigma_ = resumed_run.at("noise_multiplier").get<double>();
+      total_steps_ = resumed_run.at("total_steps").get<long>();
+      calibrated_ = resumed_run.value("calibrated", false);
+      require(std::isfinite(sigma_) && sigma_ >= 0 && total_steps_ >= 0,
+              "the checkpoint's noise multiplier or length is not valid");
+    } else if (!c.noise_multiplier) {
+      const auto slack =
+          privacy::grid_noise_slack(delta_, double(total_steps_) * coordinates, 0x1p24, *c.target_epsilon);
+      require(std::isfinite(slack.epsilon_slack) && slack.epsilon_slack < *c.target_epsilon,
+              "target_epsilon " + num(*c.target_epsilon) + " is out of reach of the noise grid's accounting");
+      const auto cal =
+          privacy::calibrate_noise_multiplier(accountant_name_, aopts, q, total_steps_,
+                                              *c.target_epsilon - slack.epsilon_slack, slack.inner_delta,
+                                              strategy_->jl_dim());
+      sigma_ = cal.noise_multiplier * sens;
+      calibrated_ = true;
+    } else {
+      sigma_ = *c.noise_multiplier;
+      if (c.target_epsilon && sigma_ > 0 && epsilon_after(sigma_, total_steps_) > *c.target_epsilon) {
+        long lo = 0, hi = total_steps_;
+        while (hi - lo > 1) {
+          const long mid = lo + (hi - lo) / 2;
+          (epsilon_after(sigma_, mid) <= *c.target_epsilon ? lo : hi) = mid;
+        }
+        require(lo > 0, "even one step exceeds epsilon " + num(*c.target_epsilon) + " at noise multiplier " +
+                            num(sigma_));
+        cut_ = total_steps_ - lo;
+        total_steps_ = lo;
+      }
+    }
+    if (sigma_ > 0)
+      require(std::isfinite(epsilon_after(sigma_, total_steps_)),
+              "noise multiplier " + num(sigma_) + " proves no finite epsilon at delta " + num(delta_) + " over " +
+                  std::to_string(total_steps_) + " steps (" + accountant_name_ +
+                  "); use a larger noise multiplier, or 0 with allow_no_noise for a run that is knowingly NOT private");
+  }
+
+  // ---- generators: secure unless asked for seeded ones by name (or not private at all)
+  const bool reproducible = !dp || c.reproducible_noise;
+  noise_rng_ = make_private_rng(reproducible, c.seed + 1);
+  aux_rng_ = make_private_rng(reproducible, c.seed + 2);
+  sample_rng_ = make_private_rng(reproducible, c.seed + 3);
+
+  DPConfig dc;
+  dc.clip_norm = c.clip_norm;
+  dc.noise_multiplier = sigma_;
+  dc.allow_no_noise = c.allow_no_noise;
+  dc.sat_rho = c.sat_rho;
+  dc.physical_batch = c.physical_batch_size;
+  dp_ = std::make_unique<DPOptimizerT<T>>(model, optimizer, *strategy_, dc, *sampler_, *noise_rng_, *aux_rng_,
+                                          accountant_.get());
+  if (c.ema > 0) average_ = std::make_unique<ParameterAverageT<T>>(model.parameters(), c.ema);
+
+  if (resume_from) {
+    auto params = model.parameters();
+    TrainingStateT<T> state;
+    state.params = params;
+    state.optimizer = &optimizer_;
+    state.sampler = sampler_.get();
+    state.generators = {{"noise", noise_rng_.get()}, {"aux", aux_rng_.get()}, {"sampling", sample_rng_.get()}};
+    state.accountant = accountant_.get();
+    if (average_)
+      for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average_->averages()[i];
+    for (std::size_t i = 0; i < dp_->sat_direction().size(); ++i)
+      state.arrays["sat." + params[i].name()] = &dp_->sat_direction()[i];
+    steps_ = CheckpointDir(*resume_from).load(state);
+    require(steps_ >= 0 && steps_ <= total_steps_, "the checkpoint's step " + std::to_string(steps_) +
+                                                       " is outside the run's " + std::to_string(total_steps_));
+    if (accountant_ && adds_noise())
+      require(accountant_->total_steps() == steps_,
+              "the checkpoint's ledger holds " + std::to_string(accountant_->total_steps()) + " steps for step " +
+                  std::to_string(steps_));
+    if (average_) average_->set_updates(resumed_run.value("ema_updates", 0L));
+  }
+}
+
+template <class T>
+PrivateTrainerT<T>::~PrivateTrainerT() = default;
+
+template <class T>
+long PrivateTrainerT<T>::steps_per_epoch() const {
+  return sampler_->steps_per_epoch();
+}
+
+template <class T>
+double PrivateTrainerT<T>::sampling_rate() const {
+  return sampler_->sampling_rate();
+}
+
+template <class T>
+double PrivateTrainerT<T>::expected_batch_size() const {
+  return sampler_->expected_batch_size();
+}
+
+template <class T>
+bool PrivateTrainerT<T>::is_private() const {
+  return !config_.non_private && dp_->is_private();
+}
+
+template <class T>
+bool PrivateTrainerT<T>::adds_noise() const {
+  return !config_.non_private && dp_->adds_noise();
+}
+
+template <class T>
+std::string PrivateTrainerT<T>::noise_generator() const {
+  return noise_rng_->describe();
+}
+
+template <class T>
+double PrivateTrainerT<T>::epsilon() const {
+  if (!adds_noise()) return INFINITY;
+  return privacy::grid_noise_epsilon(*accountant_, delta_, double(model_.parameter_count()));
+}
+
+template <class T>
+double PrivateTrainerT<T>::final_epsilon() const {
+  if (!adds_noise()) return INFINITY;
+  auto a = accountant_->clone();
+  const long rest = total_steps_ - steps_;
+  if (rest > 0) a->step(sampling_rate(), dp_->accounted_noise_multiplier(), rest, strategy_->jl_dim());
+  return privacy::grid_noise_epsilon(*a, delta_, double(model_.parameter_count()));
+}
+
+template <class T>
+StepStats PrivateTrainerT<T>::step() {
+  if (done())
+    throw std::logic_error("PrivateTrainer::step: the run is done (" + std::to_string(total_steps_) + " steps)");
+  if (config_.lr_final >= 0) optimizer_.set_lr(cosine_lr(base_lr_, config_.lr_final, steps_, total_steps_));
+  BatchT<T> batch = train_.select(sampler_->next(*sample_rng_));
+  if (config_.transform) batch = config_.transform(batch, steps_);
+  StepStats st = dp_->step(batch);
+  if (average_) average_->update();
+  ++steps_;
+  return st;
+}
+
+template <class T>
+void PrivateTrainerT<T>::train(const std::function<void(long epoch)>& on_epoch) {
+  const long per_epoch = steps_per_epoch();
+  while (!done()) {
+    step();
+    if (on_epoch && (steps_ % per_epoch == 0 || done())) on_epoch((steps_ - 1) / per_epoch + 1);
+  }
+}
+
+template <class T>
+Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk) {
+  require(chunk >= 1, "evaluate: chunk must be >= 1");
+  AveragedScopeT<T> averaged(average_.get());
+  NoRecordScope<T> none;
+  model_.set_training(false);
+  struct Back {
+    ModelT<T>& m;
+    ~Back() { m.set_training(true); }
+  } back{model_};
+  Evaluation e;
+  const std::size_t n = data.examples();
+  const bool labelled = !data.labels.empty();
+  std::size_t correct = 0;
+  double loss = 0;
+  std::vector<std::size_t> rows;
+  for (std::size_t start = 0; start < n; start += chunk) {
+    rows.clear();
+    for (std::size_t i = start; i < std::min(n, start + chunk); ++i) rows.push_back(i);
+    const BatchT<T> b = data.select(rows);
+    const TensorT<T> out = model_.forward(b);
+    for (const T v : model_.row_losses(out, b).value()) loss += double(v) / double(b.views);
+    if (labelled && b.views == 1 && out.value().dimension() == 2) {
+      const ArrayT<T>& z = out.value();
+      const std::size_t k = z.shape()[1];
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const T* row = z.data() + i * k;
+        if (std::int32_t(std::max_element(row, row + k) - row) == b.labels[i]) ++correct;
+      }
+    }
+  }
+  e.examples = n;
+  e.loss = n ? loss / double(n) : 0.0;
+  e.accuracy = labelled && n ? double(correct) / double(n) : std::nan("");
+  return e;
+}
+
+template <class T>
+void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json extra) const {
+  auto params = model_.parameters();
+  TrainingStateT<T> state;
+  state.params = params;
+  state.optimizer = &optimizer_;
+  state.sampler = sampler_.get();
+  state.generators = {{"noise", noise_rng_.get()}, {"aux", aux_rng_.get()}, {"sampling", sample_rng_.get()}};
+  state.accountant = accountant_.get();
+  if (average_)
+    for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average_->averages()[i];
+  for (std::size_t i = 0; i < dp_->sat_direction().size(); ++i)
+    state.arrays["sat." + params[i].name()] = &dp_->sat_direction()[i];
+  if (!extra.is_object()) throw std::invalid_argument("PrivateTrainer::save: extra must be a JSON object");
+  extra["trainer"] = {{"noise_multiplier", sigma_}, {"total_steps", total_steps_}, {"calibrated", calibrated_},
+                      {"ema_updates", average_ ? average_->updates() : 0L}, {"private", is_private()}};
+  if (dp_->noise_reproducible()) extra["trainer"]["privacy_note"] = kNotPrivateReproducible;
+  CheckpointDir(dir).save(steps_, state, extra);
+}
+
+namespace clipping {
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> naive() {
+  return make_clip_strategy<T>("naive");
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> vanilla() {
+  return make_clip_strategy<T>("vanilla");
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> ghost() {
+  return make_clip_strategy<T>("ghost");
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> jl(int k, int chunk) {
+  if (k < 1) throw std::invalid_argument("clipping::jl: K must be >= 1, got " + std::to_string(k));
+  if (chunk < 0) throw std::invalid_argument("clipping::jl: chunk must be >= 0, got " + std::to_string(chunk));
+  return make_clip_strategy<T>("jl:" + std::to_string(k) + (chunk ? "/" + std::to_string(chunk) : ""));
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> microbatch(int m, double expected_batch) {
+  if (m < 1) throw std::invalid_argument("clipping::microbatch: M must be >= 1, got " + std::to_string(m));
+  return make_clip_strategy<T>("microbatch:" + std::to_string(m), expected_batch);
+}
+#define DPGRAD_CLIPPING(T)                                                  \
+  template std::shared_ptr<ClipStrategyT<T>> naive<T>();                    \
+  template std::shared_ptr<ClipStrategyT<T>> vanilla<T>();                  \
+  template std::shared_ptr<ClipStrategyT<T>> ghost<T>();                    \
+  template std::shared_ptr<ClipStrategyT<T>> jl<T>(int, int);               \
+  template std::shared_ptr<ClipStrategyT<T>> microbatch<T>(int, double);
+DPGRAD_CLIPPING(float)
+DPGRAD_CLIPPING(double)
+#undef DPGRAD_CLIPPING
+}  // namespace clipping
+
+template class PrivateTrainerT<float>;
+template class PrivateTrainerT<double>;
+
+}  // namespace dpgrad

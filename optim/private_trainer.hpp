@@ -1,0 +1,181 @@
+// PrivateTrainer: one object that owns a private training run. It takes the
+// model, the base optimizer, the training data and the privacy settings, and
+// does what a run needs so that none of it can be set wrong by hand: it builds
+// the sampler and the accountant that analyses it (q and the expected batch
+// size come from the sampler), checks that sampler, accountant and clipping
+// strategy match, calibrates the noise multiplier for a target epsilon (the
+// strategy's sensitivity and the noise grid's slack included) or stops the run
+// before it would exceed one, and draws noise, batches and directions from the
+// secure generator. All of this happens in the constructor, before any step.
+// Then step(), epsilon(), evaluate(), save() and resume (docs/library.md).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "layers/module.hpp"
+#include "optim/averaging.hpp"
+#include "optim/clipping.hpp"
+#include "optim/dp_optimizer.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/sampler.hpp"
+
+namespace dpgrad {
+
+class Rng;
+namespace privacy {
+class Accountant;
+}
+
+/// How batches are drawn (each has its own accountant; Sampler for the details).
+enum class Sampling {
+  poisson,  // every example joins each batch independently with probability q = L / N
+  shuffle,  // shuffled passes over the data, each stopped after a fraction of it
+  fixed,    // batches of exactly L examples, drawn without replacement
+};
+std::string to_string(Sampling s);  // "poisson", "shuffle", "fixed"
+
+template <class T>
+struct PrivateTrainingConfigT {
+  // ---- privacy
+  double clip_norm = 1.0;                 // C
+  std::optional<double> target_epsilon;   // calibrate sigma to spend this over the run...
+  std::optional<double> noise_multiplier; // ...or use this sigma (with target_epsilon too: stop before exceeding it)
+  std::optional<double> delta;            // default: 1/N rounded down to a power of ten, below 1/N
+  bool allow_no_noise = false;            // noise_multiplier 0 is refused unless this says so (NOT private)
+  // ---- length and batches
+  double epochs = 1;                      // an epoch is N / L steps
+  long max_steps = 0;                     // > 0: stop after this many steps at most
+  std::size_t batch_size = 256;           // L: expected (Poisson) or exact logical batch size
+  std::size_t physical_batch_size = 0;    // > 0: clip in chunks of at most this many examples (memory)
+  Sampling sampling = Sampling::poisson;
+  double epoch_fraction = 0.5;            // shuffle: each pass stops after this fraction of the data
+  // ---- mechanism
+  std::shared_ptr<ClipStrategyT<T>> clipping;  // null: ghost (clipping::ghost<T>())
+  std::string accountant;                 // "": the tightest sound one for the sampling (pld for poisson)
+  double sat_rho = 0;                     // DP-SAT (post-processing)
+  // ---- post-processing of the released iterates (no privacy cost)
+  double ema = 0;                         // evaluate an exponential moving average of the parameters (0: off)
+  double lr_final = -1;                   // >= 0: cosine learning rate from the optimizer's down to this
+  /// Applied to each sampled batch before the step (augmentation); `step` counts from 0.
+  std::function<BatchT<T>(const BatchT<T>& batch, long step)> transform;
+  // ---- randomness
+  bool reproducible_noise = false;        // seeded noise, sampling and directions: NOT private (tests, studies)
+  std::uint64_t seed = 0;                 // their seed when reproducible_noise
+  // ---- not private at all: plain training (no clipping, no noise, shuffled epochs from `seed`)
+  bool non_private = false;
+};
+using PrivateTrainingConfig = PrivateTrainingConfigT<float>;
+
+/// What evaluate() measures on a data set.
+struct Evaluation {
+  double loss = 0;      // mean per-example loss (the model's loss)
+  double accuracy = 0;  // share of examples whose largest output is their label; NaN without labels
+  std::size_t examples = 0;
+};
+
+template <class T>
+class PrivateTrainerT {
+ public:
+  /// References must outlive the trainer. `train` is the private data (its ids
+  /// key microbatches and augmentation). With `resume_from` (a checkpoint
+  /// directory written by save()), the run continues from its latest checkpoint:
+  /// same sigma, same length, same ledger; the config must describe the same run.
+  PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, const BatchT<T>& train,
+                  PrivateTrainingConfigT<T> config, std::optional<std::filesystem::path> resume_from = {});
+  ~PrivateTrainerT();
+  PrivateTrainerT(const PrivateTrainerT&) = delete;
+  PrivateTrainerT& operator=(const PrivateTrainerT&) = delete;
+
+  /// One logical step: sample, clip, noise once, update, account. Throws once done().
+  StepStats step();
+  /// step() until done(); `on_epoch(epoch)` after each epoch's last step (metrics,
+  /// checkpoints: save before showing anything of the epoch).
+  void train(const std::function<void(long epoch)>& on_epoch = {});
+  bool done() const { return steps_ >= total_steps_; }
+
+  long steps_done() const { return steps_; }
+  long total_steps() const { return total_steps_; }
+  long steps_per_epoch() const;
+  /// The epoch the next step belongs to, from 1.
+  long epoch() const { return steps_ / steps_per_epoch() + 1; }
+
+  // ---- privacy
+  /// The run's epsilon so far at delta(): the accountant's, with the noise grid's
+  /// slack; +infinity without noise or when nothing is proven. Never below the truth.
+  double epsilon() const;
+  /// epsilon() the whole run will have spent when done().
+  double final_epsilon() const;
+  double delta() const { return delta_; }
+  double noise_multiplier() const { return sigma_; }
+  bool calibrated() const { return calibrated_; }
+  /// Steps cut to stay within target_epsilon at the given noise multiplier (0: none cut).
+  long steps_cut_for_budget() const { return cut_; }
+  double sampling_rate() const;
+  double expected_batch_size() const;
+  /// Private in the sense of the guarantee: noise added, from the secure generator.
+  bool is_private() const;
+  bool adds_noise() const;
+  const privacy::Accountant* accountant() const { return accountant_.get(); }
+  const std::string& accountant_name() const { return accountant_name_; }
+  const ClipStrategyT<T>& clipping() const { return *strategy_; }
+  const Sampler& sampler() const { return *sampler_; }
+  /// The generator of noise, sampling and directions, for run output.
+  std::string noise_generator() const;
+  DPOptimizerT<T>& dp_optimizer() { return *dp_; }
+
+  // ---- evaluation (with the parameter average when ema > 0)
+  Evaluation evaluate(const BatchT<T>& data, std::size_t chunk = 500);
+
+  // ---- checkpoints
+  /// Writes the run's state to `dir` (atomically; CheckpointDir). `extra` is stored
+  /// beside it (a program's history, say) and comes back from resumed_extra().
+  void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object()) const;
+  /// The extra JSON of the checkpoint this run resumed from (null when it did not).
+  const nlohmann::json& resumed_extra() const { return resumed_extra_; }
+
+ private:
+  ModelT<T>& model_;
+  OptimizerT<T>& optimizer_;
+  const BatchT<T>& train_;
+  PrivateTrainingConfigT<T> config_;
+  double base_lr_ = 0;
+  std::unique_ptr<Sampler> sampler_;
+  std::shared_ptr<ClipStrategyT<T>> strategy_;
+  std::string accountant_name_;
+  std::unique_ptr<privacy::Accountant> accountant_;
+  std::unique_ptr<Rng> noise_rng_, aux_rng_, sample_rng_;
+  std::unique_ptr<DPOptimizerT<T>> dp_;
+  std::unique_ptr<ParameterAverageT<T>> average_;
+  double sigma_ = 0, delta_ = 0;
+  bool calibrated_ = false;
+  long steps_ = 0, total_steps_ = 0, cut_ = 0;
+  nlohmann::json resumed_extra_;
+};
+
+using PrivateTrainer = PrivateTrainerT<float>;
+
+/// Typed clipping strategies (make_clip_strategy takes the same as strings).
+namespace clipping {
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> naive();
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> vanilla();
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> ghost();
+/// K random projections per example (DP-SGD-JL); `chunk` directions per pass (0: automatic).
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> jl(int k, int chunk = 0);
+/// M microbatches per expected batch of `expected_batch` examples.
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> microbatch(int m, double expected_batch);
+}  // namespace clipping
+
+}  // namespace dpgrad

@@ -1,0 +1,307 @@
+// PrivateTrainer: the run object ties q and the batch size to its sampler,
+// calibrates with the sensitivity, refuses mismatches before any step, stops at
+// the budget, resumes exactly, and chunks logical batches; and the losses users
+// plug in reach every strategy.
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "engine/ops.hpp"
+#include "engine/random.hpp"
+#include "layers/losses.hpp"
+#include "layers/models.hpp"
+#include "optim/check_per_sample.hpp"
+#include "optim/private_trainer.hpp"
+#include "privacy/accountant.hpp"
+#include "privacy/calibration.hpp"
+#include "privacy/mechanisms.hpp"
+#include "support/batches.hpp"
+#include "support/check.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace dpgrad;
+using test::randn;
+
+namespace {
+
+/// n examples of 8 features, labels in [0, 3) from a fixed linear rule.
+template <class T>
+BatchT<T> separable(std::size_t n, Rng& rng) {
+  BatchT<T> b;
+  b.inputs = randn<T>({n, 8}, rng);
+  for (std::size_t i = 0; i < n; ++i) {
+    const T s = b.inputs(i, 0) + T(0.5) * b.inputs(i, 1);
+    b.labels.push_back(s < T(-0.4) ? 0 : s < T(0.4) ? 1 : 2);
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
+std::vector<ArrayT<double>> values(const ModelT<double>& m) {
+  std::vector<ArrayT<double>> v;
+  for (const auto& p : m.parameters()) v.push_back(p.value());
+  return v;
+}
+
+double max_diff(const std::vector<ArrayT<double>>& a, const std::vector<ArrayT<double>>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, double(xt::amax(xt::abs(a[i] - b[i]))()));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("private trainer: q and the expected batch come from the sampler; sigma is calibrated with the sensitivity") {
+  FastRng init(1), data(2);
+  const BatchT<double> train = separable<double>(1000, data);
+  for (std::string strategy : {"ghost", "microbatch"}) {
+    CAPTURE(strategy);
+    auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainingConfigT<double> c;
+    c.target_epsilon = 2;
+    c.delta = 1e-5;
+    c.epochs = 3;
+    c.batch_size = 50;
+    c.clipping = strategy == "ghost" ? clipping::ghost<double>() : clipping::microbatch<double>(10, 50);
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+    CHECK(t.sampling_rate() == doctest::Approx(0.05));
+    CHECK(t.expected_batch_size() == doctest::Approx(50));
+    CHECK(t.total_steps() == 60);
+    CHECK(t.accountant_name() == "pld");
+    CHECK(t.calibrated());
+    // the run as a whole spends the target, not more (and not much less)
+    CHECK(t.final_epsilon() <= 2.0);
+    CHECK(t.final_epsilon() > 1.95);
+    // the accountant saw sigma / sensitivity: microbatch's sigma is twice vanilla's
+    auto a = privacy::make_accountant("pld");
+    a->step(0.05, t.noise_multiplier() / c.clipping->sensitivity(), 60);
+    CHECK(privacy::grid_noise_epsilon(*a, 1e-5, double(model->parameter_count())) ==
+          doctest::Approx(t.final_epsilon()).epsilon(1e-9));
+    CHECK(t.epsilon() == 0.0);  // nothing spent yet
+    t.step();
+    CHECK(t.epsilon() > 0);
+    CHECK(t.accountant()->total_steps() == 1);
+  }
+}
+
+TEST_CASE("private trainer: mismatches and traps are refused before any step, parameters untouched") {
+  FastRng init(3), data(4);
+  const BatchT<double> train = separable<double>(200, data);
+  auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+  const auto before = values(*model);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto make = [&](auto edit) {
+    PrivateTrainingConfigT<double> c;
+    c.noise_multiplier = 1.0;
+    c.batch_size = 20;
+    edit(c);
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+  };
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.clipping = clipping::jl<double>(3); c.accountant = "rdp"; }); },
+                                           {"rdp accountant cannot analyse jl:3"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.accountant = "wor"; }); },
+                                           {"does not analyse poisson"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.accountant = "gdp"; }); }, {"approximation"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.noise_multiplier = 0.0; }); }, {"NOT private"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.noise_multiplier.reset(); }); },
+                                           {"noise_multiplier or a target_epsilon"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.batch_size = 201; }); }, {"batch_size must be in [1, 200]"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.delta = 1.0; }); }, {"delta must be in (0, 1)"});
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.noise_multiplier = 1e-300; }); },
+                                           {"proves no finite epsilon"});
+  test::check_error<std::invalid_argument>(
+      [&] { make([](auto& c) { c.clipping = clipping::jl<double>(2); c.physical_batch_size = 5; }); },
+      {"physical batches", "jl:2"});
+  CHECK(max_diff(values(*model), before) == 0);
+  // an empty training set, and the default delta of a tiny one
+  BatchT<double> one = separable<double>(1, data);
+  test::check_error<std::invalid_argument>([&] {
+    PrivateTrainingConfigT<double> c;
+    c.noise_multiplier = 1.0;
+    c.batch_size = 1;
+    c.delta = 0.5;
+    c.epochs = 1;
+    PrivateTrainerT<double> t(*model, sgd, one, c);
+    CHECK(t.delta() == 0.5);
+    throw std::invalid_argument("reached");
+  }, {"reached"});
+}
+
+TEST_CASE("private trainer: with a noise multiplier and a target, the run stops before exceeding the target") {
+  FastRng init(5), data(6);
+  const BatchT<double> train = separable<double>(2000, data);
+  auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  PrivateTrainingConfigT<double> c;
+  c.noise_multiplier = 1.0;
+  c.target_epsilon = 1.0;
+  c.delta = 1e-5;
+  c.epochs = 20;
+  c.batch_size = 20;
+  c.reproducible_noise = true;  // deterministic test: NOT private
+  PrivateTrainerT<double> t(*model, sgd, train, c);
+  CHECK(t.steps_cut_for_budget() > 0);
+  CHECK(t.total_steps() + t.steps_cut_for_budget() == 2000);
+  CHECK(t.final_epsilon() <= 1.0);
+  CHECK_FALSE(t.is_private());  // the named opt-in
+  t.train();
+  CHECK(t.done());
+  CHECK(t.epsilon() <= 1.0);
+  CHECK(t.epsilon() == doctest::Approx(t.final_epsilon()));
+  // one step more would have crossed the target
+  auto more = t.accountant()->clone();
+  more->step(t.sampling_rate(), 1.0, 1);
+  CHECK(privacy::grid_noise_epsilon(*more, 1e-5, double(model->parameter_count())) > 1.0);
+  CHECK_THROWS_AS(t.step(), std::logic_error);
+}
+
+TEST_CASE("private trainer: a resumed run ends where an uninterrupted one does") {
+  FastRng data(8);
+  const BatchT<double> train = separable<double>(300, data);
+  test::TempDir dir("dpgrad-trainer");
+  PrivateTrainingConfigT<double> c;
+  c.noise_multiplier = 1.1;
+  c.epochs = 2;
+  c.batch_size = 30;
+  c.ema = 0.9;
+  c.reproducible_noise = true;
+  c.seed = 11;
+  auto run = [&](bool interrupt) {
+    FastRng init(7);
+    auto model = make_mlp<double>({8, 4, 3}, Activation::tanh, init);
+    SgdT<double> sgd(model->parameters(), 0.2, 0.9);
+    {
+      PrivateTrainerT<double> t(*model, sgd, train, c);
+      if (!interrupt) {
+        t.train();
+        return std::make_pair(values(*model), t.evaluate(train).loss);
+      }
+      for (int i = 0; i < 7; ++i) t.step();
+      t.save(dir.path, {{"note", "seven steps"}});
+    }
+    FastRng other(99);  // the resumed process starts from other parameters
+    auto again = make_mlp<double>({8, 4, 3}, Activation::tanh, other);
+    SgdT<double> sgd2(again->parameters(), 0.2, 0.9);
+    PrivateTrainerT<double> t(*again, sgd2, train, c, dir.path);
+    CHECK(t.steps_done() == 7);
+    CHECK(t.accountant()->total_steps() == 7);
+    CHECK(t.resumed_extra()["note"] == "seven steps");
+    t.train();
+    return std::make_pair(values(*again), t.evaluate(train).loss);
+  };
+  const auto whole = run(false), resumed = run(true);
+  CHECK(max_diff(whole.first, resumed.first) == 0);
+  CHECK(whole.second == resumed.second);
+}
+
+TEST_CASE("private trainer: a logical batch clipped in physical chunks gives the one-chunk step") {
+  FastRng data(10);
+  const BatchT<double> train = separable<double>(400, data);
+  for (std::string strategy : {"ghost", "vanilla", "naive"}) {
+    CAPTURE(strategy);
+    auto run = [&](std::size_t chunk) {
+      FastRng init(9);
+      auto model = make_mlp<double>({8, 6, 3}, Activation::tanh, init);
+      AdamT<double> adam(model->parameters(), 1e-2);
+      PrivateTrainingConfigT<double> c;
+      c.noise_multiplier = 1.0;
+      c.batch_size = 100;
+      c.max_steps = 3;
+      c.physical_batch_size = chunk;
+      c.clipping = strategy == "ghost" ? clipping::ghost<double>() : strategy == "vanilla" ? clipping::vanilla<double>()
+                                                                                          : clipping::naive<double>();
+      c.reproducible_noise = true;
+      PrivateTrainerT<double> t(*model, adam, train, c);
+      t.train();
+      CHECK(t.accountant()->total_steps() == 3);  // accounted once per logical batch
+      return values(*model);
+    };
+    const auto whole = run(0), chunked = run(16);
+    CHECK(max_diff(whole, chunked) < 1e-9);
+    CHECK(max_diff(whole, run(7)) < 1e-9);
+  }
+}
+
+TEST_CASE("private trainer: non-private runs and evaluation") {
+  FastRng init(12), data(13);
+  const BatchT<double> train = separable<double>(600, data), test = separable<double>(300, data);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 0.05, 0.5);
+  PrivateTrainingConfigT<double> c;
+  c.non_private = true;
+  c.epochs = 15;
+  c.batch_size = 30;
+  PrivateTrainerT<double> t(*model, sgd, train, c);
+  CHECK_FALSE(t.is_private());
+  CHECK(std::isinf(t.epsilon()));
+  const Evaluation before = t.evaluate(test);
+  long epochs = 0;
+  t.train([&](long e) { epochs = e; });
+  CHECK(epochs == 15);
+  const Evaluation after = t.evaluate(test);
+  CAPTURE(before.loss);
+  CAPTURE(after.loss);
+  CAPTURE(after.accuracy);
+  CHECK(after.examples == 300);
+  CHECK(after.loss < before.loss);
+  CHECK(after.accuracy > 0.9);
+}
+
+TEST_CASE("losses: closed forms, and every strategy agrees with the loop under MSE and BCE") {
+  FastRng init(14), data(15);
+  BatchT<double> b;
+  b.inputs = randn<double>({4, 5}, data);
+  b.targets = randn<double>({4, 3}, data);
+  auto model = make_mlp<double>({5, 7, 3}, Activation::tanh, init);
+  model->set_loss(mse_loss<double>());
+  {
+    const TensorT<double> out = model->forward(b);
+    const ArrayT<double> l = model->row_losses(out, b).value();
+    for (std::size_t i = 0; i < 4; ++i) {
+      double want = 0;
+      for (std::size_t j = 0; j < 3; ++j) want += std::pow(out.value()(i, j) - b.targets(i, j), 2) / 3;
+      CHECK(l(i) == doctest::Approx(want).epsilon(1e-12));
+    }
+  }
+  PerSampleCheck mse = check_per_sample(*model, b);
+  INFO(mse.str());
+  CHECK(mse.agrees(1e-9));
+  // BCE with logits: targets in [0, 1]; large logits stay finite
+  for (auto& v : b.targets) v = v > 0 ? 1.0 : 0.25;
+  model->set_loss(bce_with_logits_loss<double>());
+  {
+    const TensorT<double> out = model->forward(b);
+    const ArrayT<double> l = model->row_losses(out, b).value();
+    for (std::size_t i = 0; i < 4; ++i) {
+      double want = 0;
+      for (std::size_t j = 0; j < 3; ++j) {
+        const double z = out.value()(i, j), y = b.targets(i, j), s = 1 / (1 + std::exp(-z));
+        want += (-y * std::log(s) - (1 - y) * std::log(1 - s)) / 3;
+      }
+      CHECK(l(i) == doctest::Approx(want).epsilon(1e-10));
+    }
+    BatchT<double> huge = b;
+    TensorT<double> z = constant<double>(ArrayT<double>(xt::xarray<double>({{800.0, -800.0, 0.0}})));
+    huge.targets = xt::xarray<double>({{1.0, 0.0, 0.5}});
+    huge.inputs = randn<double>({1, 5}, data);
+    const double v = model->row_losses(z, huge).value()(0);
+    CHECK(std::isfinite(v));
+    CHECK(v == doctest::Approx(std::log(2.0) / 3).epsilon(1e-12));
+  }
+  PerSampleCheck bce = check_per_sample(*model, b);
+  INFO(bce.str());
+  CHECK(bce.agrees(1e-9));
+  // wrong targets are named
+  BatchT<double> bad = b;
+  bad.targets = randn<double>({4, 2}, data);
+  test::check_error<std::invalid_argument>([&] { model->row_losses(model->forward(bad), bad); }, {"targets of shape"});
+  bad.targets(0, 0) = 2.0;
+  model->set_loss(nullptr);
+  BatchT<double> unlabelled = b;
+  test::check_error<std::invalid_argument>([&] { model->row_losses(model->forward(unlabelled), unlabelled); },
+                                           {"no class labels"});
+}
