@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/parallel.hpp"
 #include "engine/random.hpp"
 
 namespace dpgrad {
@@ -225,7 +226,39 @@ void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
   explicit_bzero(k.data(), n * sizeof(std::int64_t));
 }
 
+template <class T>
+void add_grid_noise_parts(Rng& rng, const NoiseGrid& g, const std::vector<std::span<T>>& parts) {
+  std::size_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  constexpr std::size_t kSplitAbove = 16384;
+  if (total <= kSplitAbove) {
+    for (const auto& p : parts) add_grid_noise_impl(rng, g, p.data(), p.size());
+    return;
+  }
+  std::unique_ptr<Rng> second = rng.split();
+  Rng* generators[2] = {&rng, second.get()};
+  const std::size_t half = total / 2;
+  parallel::for_range(2, 1, [&](std::size_t first, std::size_t last) {
+    for (std::size_t piece = first; piece < last; ++piece) {
+      const std::size_t lo = piece == 0 ? 0 : half, hi = piece == 0 ? half : total;
+      std::size_t offset = 0;  // of the current part among all coordinates
+      for (const auto& p : parts) {
+        const std::size_t begin = std::max(lo, offset), end = std::min(hi, offset + p.size());
+        if (begin < end) add_grid_noise_impl(*generators[piece], g, p.data() + (begin - offset), end - begin);
+        offset += p.size();
+      }
+    }
+  });
+}
+
 }  // namespace
+
+void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& parts) {
+  add_grid_noise_parts(rng, g, parts);
+}
+void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& parts) {
+  add_grid_noise_parts(rng, g, parts);
+}
 
 void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }
 void add_grid_noise(Rng& rng, const NoiseGrid& g, double* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }

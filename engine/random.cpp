@@ -257,6 +257,8 @@ void FastRng::fill_u64(std::uint64_t* out, std::size_t n) {
   s_[0] = s0, s_[1] = s1, s_[2] = s2, s_[3] = s3;
 }
 
+std::unique_ptr<Rng> FastRng::split() { return std::make_unique<FastRng>(next_u64()); }
+
 std::string FastRng::describe() const {
   return "fast (xoshiro256**, seed " + std::to_string(seed_) + "): not for production noise";
 }
@@ -312,6 +314,20 @@ void FastRng::set_state(const std::string& s) {
 SecureRng::SecureRng() {
   ensure_sodium();
   rekey();
+}
+
+SecureRng::SecureRng(const unsigned char* key) {
+  ensure_sodium();
+  rekey();
+  std::memcpy(key_, key, sizeof(key_));
+}
+
+std::unique_ptr<Rng> SecureRng::split() {
+  alignas(std::uint64_t) unsigned char key[32];
+  fill_u64(reinterpret_cast<std::uint64_t*>(key), sizeof(key) / sizeof(std::uint64_t));
+  auto child = std::make_unique<SecureRng>(key);
+  sodium_memzero(key, sizeof(key));
+  return child;
 }
 
 SecureRng::~SecureRng() {
@@ -605,6 +621,8 @@ NoiseGrid noise_grid(double noise_std) {
 
 
 // ---------------------------------------------------------------- factory
+
+std::unique_ptr<Rng> ReproducibleRng::split() { return std::make_unique<ReproducibleRng>(next_u64()); }
 
 std::string ReproducibleRng::describe() const {
   return "reproducible (xoshiro256**, seed " + std::to_string(seed_) + "): " + kNotPrivateReproducible;

@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace dpgrad {
 
@@ -19,6 +21,11 @@ class Rng {
   virtual std::uint64_t next_u64() = 0;
   /// out[0, n) = the next n words, in the order next_u64() would give them.
   virtual void fill_u64(std::uint64_t* out, std::size_t n);
+  /// A new generator of the same kind, keyed from this one's output (which it
+  /// advances): secure from secure, the reproducible opt-in from the opt-in. Lets
+  /// threads draw at once, each from its own stream, with results that do not
+  /// depend on how many threads there are.
+  virtual std::unique_ptr<Rng> split() = 0;
   /// True for the cryptographically secure generator.
   virtual bool secure() const = 0;
   /// True for ReproducibleRng: seeded, and accepted for noise and sampling only
@@ -60,6 +67,7 @@ class FastRng : public Rng {
   explicit FastRng(std::uint64_t seed);
   std::uint64_t next_u64() override;
   void fill_u64(std::uint64_t* out, std::size_t n) override;
+  std::unique_ptr<Rng> split() override;
   bool secure() const override { return false; }
   std::string describe() const override;
   std::string state() const override;
@@ -80,6 +88,7 @@ class ReproducibleRng final : public FastRng {
  public:
   using FastRng::FastRng;
   bool reproducible_opt_in() const override { return true; }
+  std::unique_ptr<Rng> split() override;
   std::string describe() const override;
 };
 
@@ -96,12 +105,15 @@ inline constexpr const char* kNotPrivateReproducible = "not private: the noise c
 class SecureRng final : public Rng {
  public:
   SecureRng();
+  /// Keyed with `key` (32 bytes) instead of OS entropy: for split().
+  explicit SecureRng(const unsigned char* key);
   ~SecureRng() override;
   // A copy would replay the same keystream (correlated noise): not copyable.
   SecureRng(const SecureRng&) = delete;
   SecureRng& operator=(const SecureRng&) = delete;
   std::uint64_t next_u64() override;
   void fill_u64(std::uint64_t* out, std::size_t n) override;
+  std::unique_ptr<Rng> split() override;
   bool secure() const override { return true; }
   std::string describe() const override;
   std::string state() const override { return ""; }
@@ -153,5 +165,12 @@ NoiseGrid noise_grid(double noise_std);
 /// Throws std::runtime_error on a non-finite x[i] or |x[i]| >= 2^52 grid. x: (n)
 void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n);
 void add_grid_noise(Rng& rng, const NoiseGrid& g, double* x, std::size_t n);
+
+/// The same on every coordinate of `parts` (a step's gradient, array by array).
+/// Above 16384 coordinates in all, the first and second halves of them are drawn
+/// at once on two threads, the second half from a generator split off `rng`
+/// (Rng::split), so the draws do not depend on the number of threads.
+void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& parts);
+void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& parts);
 
 }  // namespace dpgrad

@@ -104,6 +104,13 @@ double DPOptimizerT<T>::noise_variance() const {
 }
 
 template <class T>
+void DPOptimizerT<T>::add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid) {
+  std::vector<std::span<T>> parts;
+  for (auto& g : sums) parts.emplace_back(g.data(), g.size());
+  add_grid_noise(noise_rng_, grid, parts);
+}
+
+template <class T>
 ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch) {
   const std::size_t examples = batch.examples(), chunk = config_.physical_batch;
   if (chunk == 0 || examples <= chunk) return strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux_rng_);
@@ -168,7 +175,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       // and added in integers: what is released minus the rounded sum does not
       // depend on the data (docs/noise.md)
       const NoiseGrid grid = noise_grid(st.noise_std);
-      for (auto& g : r.sum) add_grid_noise(noise_rng_, grid, g.data(), g.size());
+      add_noise(r.sum, grid);
       st.noise_std = double(grid.scale) * grid.grid;
     }
     // the true batch size is itself private: divide by the expected one

@@ -19,6 +19,7 @@ namespace dpgrad {
 
 class Rng;
 class Sampler;
+struct NoiseGrid;
 namespace privacy {
 class Accountant;
 }
@@ -104,6 +105,8 @@ class DPOptimizerT {
 
  private:
   ClipResult<T> clipped_sum(const BatchT<T>& batch);
+  /// The grid noise on every coordinate of `sums` (docs/noise.md).
+  void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
 
   ModelT<T>& model_;
   OptimizerT<T>& base_;

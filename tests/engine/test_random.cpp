@@ -797,6 +797,7 @@ class ScriptedRng final : public Rng {
   std::string describe() const override { return "scripted"; }
   std::string state() const override { return ""; }
   void set_state(const std::string&) override {}
+  std::unique_ptr<Rng> split() override { return std::make_unique<FastRng>(next_u64()); }
   std::size_t used() const { return used_; }
 
  private:
@@ -936,4 +937,24 @@ TEST_CASE("grid sampler: draws agree with the exact sampler at the noise grid's 
   CHECK(va / vb == doctest::Approx(1.0).epsilon(10 * std::sqrt(2.0 / double(n))));
   CHECK(std::fabs(ma / double(n)) < 5 * double(s) / std::sqrt(double(n)));
   CHECK(std::fabs(odd / double(n) - 0.5) < 5 * 0.5 / std::sqrt(double(n)));  // the low bits are uniform
+}
+
+TEST_CASE("random: split generators are of their parent's kind, independent streams, reproducible only by name") {
+  SecureRng secure;
+  auto a = secure.split(), b = secure.split();
+  CHECK(a->secure());
+  CHECK(b->secure());
+  const std::uint64_t a0 = a->next_u64(), b0 = b->next_u64();
+  CHECK(a0 != b0);
+  CHECK(a->state().empty());
+  dpgrad::ReproducibleRng r1(5), r2(5);
+  auto c1 = r1.split(), c2 = r2.split();
+  CHECK(c1->reproducible_opt_in());
+  CHECK_FALSE(c1->secure());
+  for (int i = 0; i < 10; ++i) CHECK(c1->next_u64() == c2->next_u64());
+  CHECK(r1.next_u64() == r2.next_u64());  // the parents advanced alike
+  FastRng plain(5);
+  auto f = plain.split();
+  CHECK_FALSE(f->reproducible_opt_in());  // a plain seeded generator stays refused for noise
+  CHECK_THROWS_AS(dpgrad::require_private_generator(*f, "noise"), std::invalid_argument);
 }

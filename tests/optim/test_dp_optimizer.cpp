@@ -355,43 +355,77 @@ TEST_CASE("dp optimizer: the accountant must analyse the sampler that draws the 
 }
 
 TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the noise grid plus grid * k") {
-  FastRng init(21), data(24);
-  ReproducibleRng noise(22), aux(23);
-  auto model = tiny_model(init);
-  BatchT<double> b;
-  b.inputs = test::randn<double>({5, 50}, data, 3.0);
-  b.labels = {0, 1, 2, 3, 4};
-  b.ids = {0, 1, 2, 3, 4};
-  const double clip = 0.6, sigma = 1.1, expected_batch = 4;  // a power of two: dividing by it is exact
-  auto params = model->parameters();
-  SgdT<double> sgd(params, 0.1);
-  auto strategy = make_clip_strategy<double>("ghost");
-  ClaimedRate sampler(0.01, expected_batch);
-  DPOptimizerT<double> dp(*model, sgd, *strategy, {clip, sigma, false, 0.5}, sampler, noise, aux, nullptr);
-  // the grid's allowance: C - grid (sqrt(P) + 1), P = 50 * 40 + 40
-  const NoiseGrid grid = noise_grid(sigma * clip);
-  CHECK(dp.grid_clip_norm() == clip - grid.grid * (std::sqrt(2040.0) + 1));
-  CHECK(dp.grid_clip_norm() < clip);
-  CHECK(dp.grid_clip_norm() > clip * (1 - 1e-4));
-  ReproducibleRng aux_copy(23), noise_copy(22);
-  ClipResult<double> sum = strategy->clipped_sum(*model, b, dp.grid_clip_norm(), aux_copy);
-  StepStats st = dp.step(b);
-  CHECK(st.noise_std == double(grid.scale) * grid.grid);
-  std::size_t off_grid = 0, not_k = 0, coords = 0;
-  for (std::size_t j = 0; j < params.size(); ++j) {
-    const A released = dp.sat_direction()[j] * expected_batch;  // exact: L is a power of two
-    std::vector<std::int64_t> k(released.size());
-    GridNoiseSampler(grid.scale).fill(noise_copy, k.data(), k.size());
-    for (std::size_t i = 0; i < released.size(); ++i, ++coords) {
-      const double steps = released.data()[i] / grid.grid;
-      off_grid += steps != std::nearbyint(steps);
-      const double m = std::nearbyint(sum.sum[j].data()[i] / grid.grid);
-      not_k += steps - m != double(k[i]);
+  // 2040 coordinates: one stream; 36440: two halves at once, the second from a split-off generator
+  for (std::size_t hidden : {std::size_t(0), std::size_t(400)}) {
+    CAPTURE(hidden);
+    FastRng init(21), data(24);
+    ReproducibleRng noise(22), aux(23);
+    std::unique_ptr<ModelT<double>> model;
+    if (hidden == 0) {
+      model = tiny_model(init);
+    } else {
+      SequentialT<double> net;
+      net.emplace<DenseT<double>>(50, hidden, init, "d1");
+      net.emplace<DenseT<double>>(hidden, 40, init, "d2");
+      model = std::make_unique<FeatureModelT<double>>("wide", std::move(net));
     }
+    const std::size_t P = model->parameter_count();
+    BatchT<double> b;
+    b.inputs = test::randn<double>({5, 50}, data, 3.0);
+    b.labels = {0, 1, 2, 3, 4};
+    b.ids = {0, 1, 2, 3, 4};
+    const double clip = 0.6, sigma = 1.1, expected_batch = 4;  // a power of two: dividing by it is exact
+    auto params = model->parameters();
+    SgdT<double> sgd(params, 0.1);
+    auto strategy = make_clip_strategy<double>("ghost");
+    ClaimedRate sampler(0.01, expected_batch);
+    DPOptimizerT<double> dp(*model, sgd, *strategy, {clip, sigma, false, 0.5}, sampler, noise, aux, nullptr);
+    // the grid's allowance: C - grid (sqrt(P) + 1)
+    const NoiseGrid grid = noise_grid(sigma * clip);
+    CHECK(dp.grid_clip_norm() == clip - grid.grid * (std::sqrt(double(P)) + 1));
+    CHECK(dp.grid_clip_norm() < clip);
+    CHECK(dp.grid_clip_norm() > clip * (1 - 1e-4));
+    ReproducibleRng aux_copy(23), noise_copy(22);
+    ClipResult<double> sum = strategy->clipped_sum(*model, b, dp.grid_clip_norm(), aux_copy);
+    StepStats st = dp.step(b);
+    CHECK(st.noise_std == double(grid.scale) * grid.grid);
+    // the draws the optimizer should have made: per array, or per array's part of each half
+    std::vector<std::int64_t> k;
+    const GridNoiseSampler sampler_k(grid.scale);
+    auto draw = [&](Rng& g, std::size_t n) {
+      std::vector<std::int64_t> part(n);
+      sampler_k.fill(g, part.data(), n);
+      k.insert(k.end(), part.begin(), part.end());
+    };
+    if (P <= 16384) {
+      for (const auto& p : params) draw(noise_copy, p.value().size());
+    } else {
+      auto second = noise_copy.split();
+      const std::size_t half = P / 2;
+      for (int piece = 0; piece < 2; ++piece) {
+        std::size_t offset = 0;
+        for (const auto& p : params) {
+          const std::size_t lo = piece ? half : 0, hi = piece ? P : half;
+          const std::size_t begin = std::max(lo, offset), end = std::min(hi, offset + p.value().size());
+          if (begin < end) draw(piece ? *second : noise_copy, end - begin);
+          offset += p.value().size();
+        }
+      }
+    }
+    std::size_t off_grid = 0, not_k = 0, coords = 0;
+    for (std::size_t j = 0; j < params.size(); ++j) {
+      const A released = dp.sat_direction()[j] * expected_batch;  // exact: L is a power of two
+      for (std::size_t i = 0; i < released.size(); ++i, ++coords) {
+        const double steps = released.data()[i] / grid.grid;
+        off_grid += steps != std::nearbyint(steps);
+        const double m = std::nearbyint(sum.sum[j].data()[i] / grid.grid);
+        not_k += steps - m != double(k[coords]);
+      }
+    }
+    CHECK(coords == P);
+    CHECK(off_grid == 0);
+    CHECK(not_k == 0);
   }
-  CHECK(coords == 2040);
-  CHECK(off_grid == 0);
-  CHECK(not_k == 0);
 }
 
 TEST_CASE("dp optimizer: a noise multiplier too large for the grid's allowance is refused") {
