@@ -47,7 +47,7 @@
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
 #include "examples/cli.hpp"
-#include "examples/data/datasets.hpp"
+#include "data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/sampler.hpp"

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/config.hpp"
+
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>

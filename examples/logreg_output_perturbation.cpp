@@ -1,5 +1,5 @@
 // dpgrad-logreg: eps-DP logistic regression by output perturbation (Chaudhuri,
-// Monteleoni, Sarwate 2011; MATH.md §6) on two Fashion-MNIST classes or
+// Monteleoni, Sarwate 2011; docs/math.md section 6) on two Fashion-MNIST classes or
 // synthetic Gaussians: non-private test accuracy, then the private accuracy
 // (mean and std over noise draws) for each epsilon. Exit status 2 on bad input.
 #include <cmath>
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/random.hpp"
-#include "examples/data/idx.hpp"
+#include "data/idx.hpp"
 #include "examples/logreg/logreg.hpp"
 
 using namespace dpgrad;

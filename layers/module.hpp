@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/batch.hpp"
 #include "engine/tensor.hpp"
 
 namespace dpgrad {
@@ -57,29 +58,6 @@ class SequentialT final : public LayerT<T> {
   std::vector<std::unique_ptr<LayerT<T>>> layers_;
 };
 
-/// A batch of examples: dense features or padded token sequences, with labels.
-/// Each example may come as several rows (augmentation multiplicity, De et al.
-/// 2022): rows [i * views, (i + 1) * views) are views of example i, and the
-/// example's loss is the mean of its rows' losses, so its one per-sample
-/// gradient (the thing clipped) averages over its views.
-template <class T>
-struct BatchT {
-  ArrayT<T> inputs;                    // (R, ...) features; empty for token models
-  ArrayT<std::int32_t> tokens;         // (R, L) token ids padded with 0; empty for feature models
-  std::vector<std::int32_t> lengths;   // (R) true sequence lengths (token models)
-  std::vector<std::int32_t> labels;    // (R) class labels (classification); may be empty with targets
-  ArrayT<T> targets;                   // (R, ...) real-valued targets (regression, multi-label); may be absent
-  std::vector<std::int64_t> ids;       // (R) dataset indices, for rules fixed per example; may be empty
-  std::size_t views = 1;               // rows per example (R = examples() * views)
-  /// Rows: the labels', or the targets' when there are no labels.
-  std::size_t size() const;
-  /// Examples: what is clipped, sampled and counted for privacy. Throws unless
-  /// the rows are whole examples (views >= 1 dividing the row count).
-  std::size_t examples() const;
-  /// The examples at `index` (each with all its views), in that order.
-  BatchT select(const std::vector<std::size_t>& index) const;
-};
-
 /// A per-sample loss: the model's outputs (R, ...) and the batch they came from
 /// -> one loss per row (R). Built from engine ops only, so that every clipping
 /// strategy differentiates it (layers/losses.hpp has the usual ones).
@@ -121,7 +99,6 @@ class FeatureModelT final : public ModelT<T> {
 using Module = ModuleT<float>;
 using Layer = LayerT<float>;
 using Sequential = SequentialT<float>;
-using Batch = BatchT<float>;
 using Model = ModelT<float>;
 
 }  // namespace dpgrad

@@ -1,5 +1,5 @@
 // Clipping strategies: each computes sum_i c_i g_i with c_i = min(1, C / ||g_i||)
-// for a batch, by a different route to the per-sample norms (MATH.md 1, 2, 7):
+// for a batch, by a different route to the per-sample norms (docs/math.md sections 1, 2, 7):
 // naive (per-example loop), vanilla (materialised), ghost (norms without
 // materialising, book-keeping sum; only per-sample gradients much smaller than
 // their activations, a convolution kernel's, are kept), jl:K (K forward-mode projections),

@@ -1,7 +1,7 @@
 // DP-SGD / DP-Adam: one step = clipped sum from a clipping strategy, plus
 // Gaussian noise N(0, sigma^2 C^2) once, divided by the expected batch size,
 // then the base optimizer's update; the step is reported to an accountant
-// (MATH.md section 1; Bu et al. 2021 Algorithm 1 and Appendix A for JL).
+// (docs/math.md section 1; Bu et al. 2021 Algorithm 1 and Appendix A for JL).
 // Optionally sharpness-aware (DP-SAT, Park et al. ICML 2023): the per-sample
 // gradients are taken at theta + rho g / ||g||, g the previous step's noised
 // gradient, which is already public: no privacy cost.

@@ -290,7 +290,8 @@ Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk
     for (std::size_t i = start; i < std::min(n, start + chunk); ++i) rows.push_back(i);
     const BatchT<T> b = data.select(rows);
     const TensorT<T> out = model_.forward(b);
-    for (const T v : model_.row_losses(out, b).value()) loss += double(v) / double(b.views);
+    const TensorT<T> losses = model_.row_losses(out, b);  // kept: the loop reads its value
+    for (const T v : losses.value()) loss += double(v) / double(b.views);
     if (labelled && b.views == 1 && out.value().dimension() == 2) {
       const ArrayT<T>& z = out.value();
       const std::size_t k = z.shape()[1];

@@ -1,5 +1,5 @@
 // Private L2-regularised logistic regression by output perturbation (Chaudhuri,
-// Monteleoni, Sarwate 2011; MATH.md §6): a Newton solver for the strongly convex
+// Monteleoni, Sarwate 2011; docs/math.md section 6): a Newton solver for the strongly convex
 // objective, the feature map that keeps every row in the unit ball (the
 // sensitivity bound needs it), the two-class data sets, and the eps-DP release.
 #pragma once
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/random.hpp"
-#include "examples/data/idx.hpp"
+#include "data/idx.hpp"
 
 namespace dpgrad::logreg {
 
@@ -35,7 +35,7 @@ void project_rows_to_unit_ball(std::span<double> x, std::size_t n, std::size_t d
 Problem make_problem(std::span<const double> raw, std::size_t n, std::size_t p, std::span<const double> labels,
                      double scale, double bias);
 
-/// J(w) = (1/n) sum_i log(1 + exp(-y_i w . x_i)) + lambda/2 ||w||^2 (MATH.md §6). w: (d)
+/// J(w) = (1/n) sum_i log(1 + exp(-y_i w . x_i)) + lambda/2 ||w||^2 (docs/math.md section 6). w: (d)
 double objective(const Problem& prob, std::span<const double> w, double lambda);
 /// grad J(w) = -(1/n) sum_i y_i sigma(-y_i w . x_i) x_i + lambda w. w: (d); returns (d)
 std::vector<double> gradient(const Problem& prob, std::span<const double> w, double lambda);

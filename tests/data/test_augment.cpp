@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/random.hpp"
-#include "examples/data/augment.hpp"
+#include "data/augment.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;

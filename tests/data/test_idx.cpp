@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/data/idx.hpp"
+#include "data/idx.hpp"
 
 namespace fs = std::filesystem;
 using namespace dpgrad::data;

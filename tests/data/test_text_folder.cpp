@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/data/datasets.hpp"
-#include "examples/data/spamassassin.hpp"
-#include "examples/data/text_folder.hpp"
+#include "data/datasets.hpp"
+#include "data/spamassassin.hpp"
+#include "data/text_folder.hpp"
 
 namespace fs = std::filesystem;
 using namespace dpgrad::data;

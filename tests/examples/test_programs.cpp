@@ -57,7 +57,7 @@ TEST_CASE("dpgrad-account: the TF Privacy tutorial point by RDP, in JSON") {
   CHECK(j["accountant"] == "rdp");
   CHECK(j["neighbouring"] == "add/remove-one");
   CHECK(j["steps"] == 14063);  // ceil(60 * 60000 / 256)
-  // tight conversion: 2.597 (MATH.md section 3: about 2.6); classic would give 3.01
+  // tight conversion: 2.597 (docs/math.md section 3: about 2.6); classic would give 3.01
   CHECK(j["epsilon"].get<double>() == doctest::Approx(2.597).epsilon(0.002));
   CHECK(j.contains("order"));
 }

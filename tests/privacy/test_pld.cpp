@@ -40,7 +40,7 @@ double solve_eps(F f, double delta, double hi = 100.0) {
 }
 
 /// RDP of the Poisson-subsampled Gaussian at integer alpha (Mironov, Talwar, Zhang 2019,
-/// the binomial sum of MATH.md §3), converted with the tighter conversion of Balle et al. 2020.
+/// the binomial sum of docs/math.md section 3), converted with the tighter conversion of Balle et al. 2020.
 double rdp_epsilon(double q, double sigma, long steps, double delta) {
   double best = std::numeric_limits<double>::infinity();
   for (int alpha = 2; alpha <= 256; ++alpha) {
@@ -212,7 +212,7 @@ TEST_CASE("PLD: reference point N=60000, L=256, sigma=1.1, 60 epochs, delta=1e-5
   CHECK(upper <= reference * 1.003);
   CHECK(lower <= reference + 2e-4);
   CHECK((upper - lower) / upper < 0.01);
-  // Tighter than RDP (MATH.md §3: about 2.6 with the tight conversion, 3.01 classic).
+  // Tighter than RDP (docs/math.md section 3: about 2.6 with the tight conversion, 3.01 classic).
   const double rdp = rdp_epsilon(q, 1.1, steps, 1e-5);
   CHECK(rdp > 2.5);
   CHECK(rdp < 3.1);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/array.hpp"
-#include "examples/data/idx.hpp"   // DataError
+#include "data/idx.hpp"   // DataError
 
 namespace dpgrad::data {
 

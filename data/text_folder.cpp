@@ -1,7 +1,7 @@
 // Tokenizer, vocabularies and folder reader behind text_folder.hpp. Everything is
 // byte-oriented and deterministic (sorted folders and files, ties broken by the
 // word's bytes, a fixed hash key), so two machines give the same ids.
-#include "examples/data/text_folder.hpp"
+#include "data/text_folder.hpp"
 
 #include <algorithm>
 #include <cerrno>

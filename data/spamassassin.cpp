@@ -1,7 +1,7 @@
 // SpamAssassin loader: finds the npm package the dev script unpacks, reads the
 // five message folders, strips headers, and splits 80/20 by an FNV-1a hash of the
 // file name (stable across machines, compilers and corpus re-downloads).
-#include "examples/data/spamassassin.hpp"
+#include "data/spamassassin.hpp"
 
 #include <algorithm>
 #include <cerrno>

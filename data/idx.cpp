@@ -1,7 +1,7 @@
 // IDX reader and writer on zlib's gz* interface (which reads plain files as-is).
 // Headers are validated before any data is read, and data are read in bounded
 // chunks, so a corrupt header can neither crash nor trigger a huge allocation.
-#include "examples/data/idx.hpp"
+#include "data/idx.hpp"
 
 #include <zlib.h>
 

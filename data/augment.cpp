@@ -1,5 +1,5 @@
-// Random flips and shifts of images: examples/data/augment.hpp.
-#include "examples/data/augment.hpp"
+// Random flips and shifts of images: data/augment.hpp.
+#include "data/augment.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "examples/data/text_folder.hpp"
+#include "data/text_folder.hpp"
 
 namespace dpgrad::data {
 

@@ -1,14 +1,14 @@
 // Datasets by name: see datasets.hpp.
-#include "examples/data/datasets.hpp"
+#include "data/datasets.hpp"
 
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
 #include "engine/random.hpp"
-#include "examples/data/idx.hpp"
-#include "examples/data/spamassassin.hpp"
-#include "examples/data/text_folder.hpp"
+#include "data/idx.hpp"
+#include "data/spamassassin.hpp"
+#include "data/text_folder.hpp"
 
 namespace dpgrad::data {
 

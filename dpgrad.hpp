@@ -1,0 +1,30 @@
+// Everything a program that trains privately with dpgrad needs, in one include:
+// #include <dpgrad/dpgrad.hpp>. Compile with `pkg-config --cflags --libs dpgrad`
+// or link dpgrad::dpgrad from find_package(dpgrad) in CMake.
+#pragma once
+
+#include "data/augment.hpp"
+#include "data/batch.hpp"
+#include "data/datasets.hpp"
+#include "data/idx.hpp"
+#include "data/text_folder.hpp"
+#include "engine/ops.hpp"
+#include "engine/random.hpp"
+#include "engine/tape.hpp"
+#include "layers/conv.hpp"
+#include "layers/dense.hpp"
+#include "layers/dropout.hpp"
+#include "layers/embedding.hpp"
+#include "layers/gru.hpp"
+#include "layers/losses.hpp"
+#include "layers/lstm.hpp"
+#include "layers/models.hpp"
+#include "optim/averaging.hpp"
+#include "optim/check_per_sample.hpp"
+#include "optim/checkpoint.hpp"
+#include "optim/dp_optimizer.hpp"
+#include "optim/private_trainer.hpp"
+#include "privacy/accountant.hpp"
+#include "privacy/calibration.hpp"
+#include "privacy/mechanisms.hpp"
+#include "privacy/schedule.hpp"
