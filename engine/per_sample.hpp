@@ -1,4 +1,4 @@
-// Per-sample rules (MATH.md section 7): from the uses a tape recorded during
+// Per-sample rules (docs/math.md section 7): from the uses a tape recorded during
 // one backward pass of the summed per-sample losses, compute per-sample
 // gradient norms (ghost or materialised, whichever is cheaper per parameter),
 // the materialised per-sample gradients, and weighted sums sum_i c_i G_i.

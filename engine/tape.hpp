@@ -14,7 +14,7 @@
 
 namespace dpgrad {
 
-/// How a parametric op used a parameter W (MATH.md section 7). B is the
+/// How a parametric op used a parameter W (docs/math.md section 7). B is the
 /// leading (batch) axis of every recorded array; the middle axes are "time".
 enum class UseKind {
   matmul,  // y = a W:            a (B, ..., d), delta (B, ..., p), W (d, p)
