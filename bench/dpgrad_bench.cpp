@@ -46,7 +46,7 @@
 #include "engine/runtime.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
-#include "examples/cli.hpp"
+#include "programs/cli.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"

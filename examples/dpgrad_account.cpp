@@ -26,7 +26,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/cli.hpp"
+#include "programs/cli.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 #include "privacy/gdp.hpp"

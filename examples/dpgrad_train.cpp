@@ -25,13 +25,14 @@
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
 #include "engine/tape.hpp"
-#include "examples/cli.hpp"
+#include "programs/cli.hpp"
 #include "data/augment.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/averaging.hpp"
 #include "optim/checkpoint.hpp"
 #include "optim/dp_optimizer.hpp"
+#include "optim/private_trainer.hpp"
 #include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
@@ -50,7 +51,8 @@ struct Options {
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
   std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
-  double lr = 0.1, momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0;
+  std::optional<double> lr;  // default: the base optimizer's own (sgd, momentum 0.1; adam 0.001)
+  double momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0;
   double lr_final = 0.0;  // cosine: the learning rate it ends at
   std::string lr_scale;   // LAYER=FACTOR,...: per-layer learning-rate factors
   double adambc_floor = 1e-8;  // gamma' of dp-adambc
@@ -144,13 +146,17 @@ json run_options_json(const Options& o) {
 
 bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
 
+/// The learning rate an optimizer starts from unless --lr says otherwise: Adam's
+/// steps are normalised per coordinate, so it needs a far smaller one than SGD.
+double default_learning_rate(const std::string& optimizer) {
+  const std::string base = is_dp(optimizer) ? optimizer.substr(3) : optimizer;
+  return base == "adam" || base == "adambc" ? 1e-3 : 0.1;
+}
+
 /// Raises all-or-nothing argument problems as std::invalid_argument.
 void require(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
 }
-
-/// 1/N rounded down to a power of ten.
-double default_delta(std::size_t n) { return std::pow(10.0, std::floor(std::log10(1.0 / double(n)))); }
 
 class Progress {
  public:
@@ -235,26 +241,6 @@ void plot_history(const std::string& out, const json& history, bool with_epsilon
   }
 }
 
-double accuracy(ModelT<float>& model, const BatchT<float>& test) {
-  NoRecordScope<float> none;
-  model.set_training(false);
-  std::size_t correct = 0, n = test.size();
-  for (std::size_t start = 0; start < n; start += 500) {
-    std::vector<std::size_t> rows;
-    for (std::size_t i = start; i < std::min(n, start + 500); ++i) rows.push_back(i);
-    BatchT<float> b = test.select(rows);
-    ArrayT<float> logits = model.forward(b).value();
-    std::size_t c = logits.shape()[1];
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const float* z = logits.data() + i * c;
-      std::size_t best = std::size_t(std::max_element(z, z + c) - z);
-      if (std::int32_t(best) == b.labels[i]) ++correct;
-    }
-  }
-  model.set_training(true);
-  return n ? double(correct) / double(n) : 0.0;
-}
-
 std::string fmt_eps(double e) { return privacy::format_epsilon(e); }
 json eps_json(double e) { return std::isfinite(e) ? json(e) : json("inf"); }
 
@@ -328,10 +314,11 @@ int run(Options o, const json* resumed) {
 
   // ---- arguments that do not need data
   require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
-  require(o.lr > 0 && std::isfinite(o.lr), fmt::format("--lr must be > 0, got {}", o.lr));
+  if (!o.lr) o.lr = default_learning_rate(o.optimizer);
+  require(*o.lr > 0 && std::isfinite(*o.lr), fmt::format("--lr must be > 0, got {}", *o.lr));
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
-  require(o.lr_final >= 0 && o.lr_final <= o.lr,
-          fmt::format("--lr-final must be in [0, --lr], got {} with --lr {}", o.lr_final, o.lr));
+  require(o.lr_final >= 0 && o.lr_final <= *o.lr,
+          fmt::format("--lr-final must be in [0, --lr], got {} with --lr {}", o.lr_final, *o.lr));
   require(o.lr_final == 0 || o.schedule == "cosine", "--lr-final needs --lr-schedule cosine");
   std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
   require(base_name == "sgd" || base_name == "momentum" || base_name == "adam" || (dp && base_name == "adambc"),
@@ -420,121 +407,84 @@ int run(Options o, const json* resumed) {
     augment.key = dp && !o.reproducible_noise ? data::random_hash_key() : data::hash_key_from_seed(o.seed);
   }
 
-  // ---- sampling, privacy
-  auto sampler = make_sampler(dp ? o.sampler : "shuffle", n, o.batch, dp ? o.epoch_fraction : 1.0);
-  const double q = sampler->sampling_rate();
-  const long per_epoch = sampler->steps_per_epoch();
-  long total_steps = privacy::steps_for_epochs(sampler->name(), long(n), long(o.batch), o.epochs,
-                                               dp ? o.epoch_fraction : 1.0);
-  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-  auto strategy = make_clip_strategy<float>(o.strategy, sampler->expected_batch_size());
-  const double delta = o.delta.value_or(default_delta(n));
-  std::unique_ptr<privacy::Accountant> accountant;
-  // The noise is a discrete Gaussian on a grid: a run's epsilon is the accountant's Gaussian figure, asked at a
-  // slightly smaller delta, plus the grid's slack (docs/noise.md).
-  const double coordinates = double(model->parameter_count());
-  auto run_epsilon = [&](const privacy::Accountant& a) { return privacy::grid_noise_epsilon(a, delta, coordinates); };
-  privacy::AccountantOptions aopts;
-  aopts.dataset_size = long(n);
-  aopts.batch_size = long(o.batch);
-  aopts.epoch_fraction = o.epoch_fraction;
-  double sigma = o.noise_multiplier.value_or(0.0);
-  if (o.accountant.empty()) o.accountant = privacy::default_accountant(sampler->name());
-  if (dp) {
-    check_accountant_matches(*sampler, o.accountant);
-    accountant = privacy::make_accountant(o.accountant, aopts);
-    if (!accountant->upper_bound())
-      throw std::invalid_argument("--accountant " + o.accountant +
-                                  " is an approximation (CLT), not an upper bound: it can neither set the noise nor "
-                                  "be a run's epsilon; use pld (the default for poisson sampling), and compare with "
-                                  "dpgrad-account --accountant gdp");
-    if (strategy->jl_dim() > 0 && !accountant->supports_jl())
-      throw std::invalid_argument("the " + o.accountant + " accountant cannot analyse " + o.strategy +
-                                  " (its clipping bound is random); use --accountant pld");
-    const double sens = privacy::accounted_sensitivity(strategy->sensitivity(), accountant->neighbouring());
-    if (resumed) {  // the run's own sigma and length, never recalibrated
-      sigma = resumed->at("noise_multiplier").get<double>();
-      total_steps = resumed->at("total_steps").get<long>();
-    } else if (!o.noise_multiplier) {
-      say(fmt::format("calibrating the noise multiplier for epsilon {} at delta {:g} over {} steps ({})...",
-                      *o.target_epsilon, delta, total_steps, o.accountant));
-      const auto slack = privacy::grid_noise_slack(delta, double(total_steps) * coordinates, 0x1p24, *o.target_epsilon);
-      auto cal = privacy::calibrate_noise_multiplier(o.accountant, aopts, q, total_steps,
-                                                     *o.target_epsilon - slack.epsilon_slack, slack.inner_delta,
-                                                     strategy->jl_dim());
-      sigma = cal.noise_multiplier * sens;
-    } else if (o.target_epsilon && sigma > 0) {
-      // stop before the budget would be exceeded
-      auto eps_after = [&](long steps) {
-        auto a = privacy::make_accountant(o.accountant, aopts);
-        a->step(q, sigma / sens, steps, strategy->jl_dim());
-        return run_epsilon(*a);
-      };
-      if (eps_after(total_steps) > *o.target_epsilon) {
-        long lo = 0, hi = total_steps;
-        while (hi - lo > 1) {
-          long mid = (lo + hi) / 2;
-          (eps_after(mid) <= *o.target_epsilon ? lo : hi) = mid;
-        }
-        require(lo > 0, fmt::format("even one step exceeds epsilon {} at this noise multiplier", *o.target_epsilon));
-        say(fmt::format("training stops after {} of {} steps: more would exceed epsilon {}", lo, total_steps,
-                        *o.target_epsilon));
-        total_steps = lo;
-      }
-    }
-    if (sigma > 0) {  // a noise multiplier too small to prove anything is an error, not a run at epsilon inf
-      auto a = privacy::make_accountant(o.accountant, aopts);
-      a->step(q, sigma / sens, total_steps, strategy->jl_dim());
-      require(std::isfinite(run_epsilon(*a)),
-              fmt::format("noise multiplier {:g} proves no finite epsilon at delta {:g} over {} steps ({} accountant); "
-                          "use a larger --noise-multiplier, or --noise-multiplier 0 --allow-no-noise for a run that "
-                          "is knowingly NOT private", sigma, delta, total_steps, o.accountant));
-    }
-  }
-
-  // ---- generators: secure unless the run is not private or asked for seeded noise by name
-  const bool reproducible = !dp || o.reproducible_noise;
-  auto noise_rng = make_private_rng(reproducible, o.seed + 1);
-  auto aux_rng = make_private_rng(reproducible, o.seed + 2);
-  auto sample_rng = make_private_rng(reproducible, o.seed + 3);
-
-  // ---- optimizer
+  // ---- the run: sampler, accountant, calibration, budget stop, generators, checkpoints (PrivateTrainer)
   auto params = model->parameters();
   std::unique_ptr<OptimizerT<float>> base;
   AdamT<float>* adam = nullptr;
   if (base_name == "adam" || base_name == "adambc") {
-    auto a = std::make_unique<AdamT<float>>(params, o.lr, 0.9, 0.999, 1e-8, o.weight_decay);
+    auto a = std::make_unique<AdamT<float>>(params, *o.lr, 0.9, 0.999, 1e-8, o.weight_decay);
     adam = a.get();
     base = std::move(a);
   } else {
-    base = std::make_unique<SgdT<float>>(params, o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
+    base = std::make_unique<SgdT<float>>(params, *o.lr, base_name == "momentum" ? o.momentum : 0.0, o.weight_decay);
   }
   const auto lr_scales = apply_lr_scale(*base, o.lr_scale);
-  DPConfig cfg{o.clip_norm, sigma, o.allow_no_noise, o.sat_rho};
-  DPOptimizerT<float> opt(*model, *base, *strategy, cfg, *sampler, *noise_rng, *aux_rng, accountant.get());
+  PrivateTrainingConfigT<float> cfg;
+  cfg.non_private = !dp;
+  cfg.clip_norm = o.clip_norm;
+  cfg.noise_multiplier = o.noise_multiplier;
+  cfg.target_epsilon = o.target_epsilon;
+  cfg.delta = o.delta;
+  cfg.allow_no_noise = o.allow_no_noise;
+  cfg.epochs = o.epochs;
+  cfg.max_steps = std::max(0L, o.max_steps);
+  cfg.batch_size = o.batch;
+  if (dp) {
+    cfg.sampling = o.sampler == "poisson" ? Sampling::poisson
+                   : o.sampler == "shuffle" ? Sampling::shuffle
+                   : o.sampler == "fixed"   ? Sampling::fixed
+                                            : throw std::invalid_argument("unknown --sampler '" + o.sampler +
+                                                                          "' (poisson, shuffle, fixed)");
+    cfg.epoch_fraction = o.epoch_fraction;
+    cfg.clipping = make_clip_strategy<float>(o.strategy, double(o.batch));
+    cfg.accountant = o.accountant;
+  }
+  cfg.sat_rho = o.sat_rho;
+  cfg.ema = o.ema;
+  cfg.lr_final = o.schedule == "cosine" ? o.lr_final : -1.0;
+  if (o.augment_views > 0)
+    cfg.transform = [&augment](const BatchT<float>& b, long step) {
+      return data::augment_images(b, augment, std::uint64_t(step));
+    };
+  cfg.reproducible_noise = o.reproducible_noise;
+  cfg.seed = o.seed;
+  if (!resumed && dp && !o.noise_multiplier)
+    say(fmt::format("calibrating the noise multiplier for epsilon {} ({})...", *o.target_epsilon,
+                    o.accountant.empty() ? privacy::default_accountant(o.sampler) : o.accountant));
+  std::optional<std::filesystem::path> resume_from;
+  if (resumed) resume_from = o.checkpoint_dir;
+  PrivateTrainerT<float> trainer(*model, *base, data.train, cfg, resume_from);
+  DPOptimizerT<float>& opt = trainer.dp_optimizer();
+  const Sampler& sampler = trainer.sampler();
+  const double q = trainer.sampling_rate(), sigma = trainer.noise_multiplier(), delta = trainer.delta();
+  const long per_epoch = trainer.steps_per_epoch(), total_steps = trainer.total_steps();
+  if (dp) o.accountant = trainer.accountant_name();
+  const privacy::Accountant* accountant = trainer.accountant();
+  const ClipStrategyT<float>& strategy = trainer.clipping();
+  if (trainer.steps_cut_for_budget() > 0)
+    say(fmt::format("training stops after {} of {} steps: more would exceed epsilon {}", total_steps,
+                    total_steps + trainer.steps_cut_for_budget(), *o.target_epsilon));
   // what is shown of the run: only what epsilon covers, unless asked (and then labelled)
-  const bool is_private = dp && opt.is_private();
+  const bool is_private = dp && trainer.is_private();
   const bool show_loss = !dp || o.report_train_loss;
   const std::string loss_key = dp ? "train_loss_not_covered_by_epsilon" : "train_loss";
   const std::string loss_label = dp ? " (not covered by epsilon)" : "";
   const std::string not_private_note =
       dp && sigma > 0 && opt.noise_reproducible() ? fmt::format(" ({})", kNotPrivateReproducible) : "";
   if (base_name == "adambc") adam->correct_noise(opt.noise_variance(), o.adambc_floor);
-  std::unique_ptr<ParameterAverage> average;
-  if (o.ema > 0) average = std::make_unique<ParameterAverage>(params, o.ema);
 
   // ---- header
   say(fmt::format("dpgrad-train: {} ({} parameters) on {}", model->name(), model->parameter_count(), data.description));
   const std::string schedule =
       o.schedule == "cosine" ? fmt::format("cosine down to {}", o.lr_final) : o.schedule;
   say(fmt::format("  optimizer {} lr {} ({}), batch {} ({} sampling, q = {:.6g}), {} steps ({} per epoch)", o.optimizer,
-                  o.lr, schedule, o.batch, sampler->name(), q, total_steps, per_epoch));
+                  *o.lr, schedule, o.batch, sampler.name(), q, total_steps, per_epoch));
   if (dp) {
     say(fmt::format("  clipping {} at C = {}, noise multiplier {:.6g}{}, accountant {} ({} neighbours), delta {:g}",
-                    strategy->name(), o.clip_norm, sigma, o.noise_multiplier ? "" : " (calibrated)", o.accountant,
+                    strategy.name(), o.clip_norm, sigma, trainer.calibrated() ? " (calibrated)" : "", o.accountant,
                     privacy::to_string(accountant->neighbouring()), delta));
     if (sigma == 0) say("  WARNING: noise multiplier 0: this run is NOT private; no epsilon is reported");
-    say(fmt::format("  noise, sampling and directions: {}", noise_rng->describe()));
+    say(fmt::format("  noise, sampling and directions: {}", trainer.noise_generator()));
     if (opt.noise_reproducible())
       say(fmt::format("  WARNING: --reproducible-noise: this run is {}", kNotPrivateReproducible));
     if (o.report_train_loss)
@@ -552,53 +502,39 @@ int run(Options o, const json* resumed) {
                     "post-processing, no privacy cost)", opt.noise_variance(), o.adambc_floor));
   if (!lr_scales.empty())
     say(fmt::format("  learning rate per layer: {} (lr times these factors; no privacy cost)", fmt::join(lr_scales, ", ")));
-  if (average)
+  if (o.ema > 0)
     say(fmt::format("  evaluating the exponential moving average of the parameters (decay {}; post-processing, "
                     "no privacy cost)", o.ema));
   if (o.sat_rho > 0)
     say(fmt::format("  sharpness-aware (DP-SAT): gradients taken {} along the previous step's noised gradient "
                     "(post-processing, no privacy cost)", o.sat_rho));
 
-  // ---- checkpoints
-  TrainingState state;
-  state.params = params;
-  state.optimizer = base.get();
-  state.sampler = sampler.get();
-  state.generators = {{"noise", noise_rng.get()}, {"aux", aux_rng.get()}, {"sampling", sample_rng.get()}};
-  state.accountant = accountant.get();
-  if (average)
-    for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average->averages()[i];
-  for (std::size_t i = 0; i < opt.sat_direction().size(); ++i)
-    state.arrays["sat." + params[i].name()] = &opt.sat_direction()[i];
-  long step = 0;
+  // ---- checkpoints: the trainer's state, and the program's history beside it
+  long step = trainer.steps_done();
   double loss_sum = 0, seconds_before = 0;
   std::size_t seen = 0;
   json history = json::array();
   if (resumed) {
-    CheckpointDir dir(o.checkpoint_dir);
-    step = dir.load(state);
     loss_sum = resumed->at("epoch_loss_sum").get<double>();
     seen = resumed->at("epoch_seen").get<std::size_t>();
     history = resumed->at("history");
     seconds_before = resumed->at("seconds").get<double>();
-    if (average) average->set_updates(resumed->at("ema_updates").get<long>());
     say(fmt::format("  resumed from {} at step {} of {}{}", o.checkpoint_dir, step, total_steps,
-                    dp && sigma > 0 ? ", epsilon so far " + fmt_eps(run_epsilon(*accountant)) : std::string()));
+                    dp && sigma > 0 ? ", epsilon so far " + fmt_eps(trainer.epsilon()) : std::string()));
   }
   auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto save = [&] {
     if (o.checkpoint_dir.empty()) return;
-    json extra = {{"options", run_options_json(o)}, {"noise_multiplier", sigma}, {"total_steps", total_steps},
-                  {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen}, {"history", history}, {"seconds", elapsed()},
-                  {"ema_updates", average ? average->updates() : 0L}};
+    json extra = {{"options", run_options_json(o)}, {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen},
+                  {"history", history}, {"seconds", elapsed()}};
     if (dp) extra["private"] = is_private;
     if (!not_private_note.empty()) extra["privacy_note"] = kNotPrivateReproducible;
-    CheckpointDir(o.checkpoint_dir).save(step, state, extra);
+    trainer.save(o.checkpoint_dir, extra);
   };
 
   // ---- training
   Progress progress(o.json_out);
-  double eps = dp && sigma > 0 ? (resumed ? run_epsilon(*accountant) : 0.0) : INFINITY;
+  double eps = dp && sigma > 0 ? trainer.epsilon() : INFINITY;
   json summary = history.empty() ? json::object() : history.back();
   const long epochs_total = (total_steps + per_epoch - 1) / per_epoch;
   for (long epoch = step / per_epoch + 1; step < total_steps; ++epoch) {
@@ -606,17 +542,11 @@ int run(Options o, const json* resumed) {
     const long first = step - (epoch - 1) * per_epoch;  // > 0 when resuming inside an epoch
     long in_epoch = std::min(per_epoch, total_steps - (epoch - 1) * per_epoch);
     for (long s = first; s < in_epoch; ++s) {
-      if (o.schedule == "cosine")
-        base->set_lr(cosine_lr(o.lr, o.lr_final, step, total_steps));
-      auto idx = sampler->next(*sample_rng);
-      BatchT<float> batch = data.train.select(idx);
-      if (o.augment_views > 0) batch = data::augment_images(batch, augment, std::uint64_t(step));
-      StepStats st = opt.step(batch);
-      if (average) average->update();
+      StepStats st = trainer.step();
       ++step;
       if (show_loss) loss_sum += st.loss * double(st.batch);
       // counts and throughput of a private run use the expected batch size: the real one is private
-      seen += dp ? std::size_t(std::llround(opt.expected_batch_size())) : st.batch;
+      seen += dp ? std::size_t(std::llround(trainer.expected_batch_size())) : st.batch;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
       progress.update(s + 1, in_epoch, show_loss && seen ? std::optional<double>(loss_sum / double(seen)) : std::nullopt,
                       loss_label, double(seen) / std::max(secs, 1e-9) * double(s + 1 - first) / double(s + 1),
@@ -624,12 +554,8 @@ int run(Options o, const json* resumed) {
       // periodic checkpoints inside an epoch; the epoch's last step is saved after its evaluation
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && s + 1 < in_epoch) save();
     }
-    double acc;
-    {
-      AveragedScopeT<float> averaged(average.get());
-      acc = accuracy(*model, data.test);
-    }
-    if (dp && sigma > 0) eps = run_epsilon(*accountant);
+    const double acc = trainer.evaluate(data.test).accuracy;
+    if (dp && sigma > 0) eps = trainer.epsilon();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
     json row = {{"epoch", epoch}, {"steps", step}, {"test_accuracy", acc}, {"seconds", secs}};
     if (show_loss) row[loss_key] = seen ? loss_sum / double(seen) : 0.0;
@@ -679,16 +605,16 @@ int run(Options o, const json* resumed) {
   if (!not_private_note.empty()) summary["privacy_note"] = kNotPrivateReproducible;
   summary["total_seconds"] = total_s;
   if (dp) {
-    summary["clip_strategy"] = strategy->name();
+    summary["clip_strategy"] = strategy.name();
     summary["noise_multiplier"] = sigma;
     summary["sampling_rate"] = q;
-    summary["noise_generator"] = noise_rng->describe();
+    summary["noise_generator"] = trainer.noise_generator();
   }
   if (!o.checkpoint_dir.empty()) summary["checkpoint"] = CheckpointDir(o.checkpoint_dir).latest_step();
   if (!o.plot.empty()) {
     std::string title = fmt::format("{} on {}, {}", model->name(), o.dataset, o.optimizer);
     if (dp && sigma > 0)
-      title += fmt::format(" ({}, sigma {:.4g}); epsilon: {} at delta {:g}, {}", strategy->name(), sigma, o.accountant,
+      title += fmt::format(" ({}, sigma {:.4g}); epsilon: {} at delta {:g}, {}", strategy.name(), sigma, o.accountant,
                            delta, privacy::to_string(accountant->neighbouring()));
     plot_history(o.plot, history, dp && sigma > 0, title);
     say("plot written to " + o.plot);
@@ -735,7 +661,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", o.optimizer,
                  "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second moment "
                  "corrected for the noise)")->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate (default: 0.1 for sgd and momentum, 0.001 for adam, their dp- "
+                               "versions alike)");
   app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
   app.add_option("--lr-final", o.lr_final, "cosine: the learning rate at the last step (default 0)")
       ->capture_default_str();

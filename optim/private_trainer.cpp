@@ -93,9 +93,15 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
   nlohmann::json resumed_run;
   if (resume_from) {
     resumed_extra_ = CheckpointDir(*resume_from).read_extra();
-    require(resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object(),
-            "the checkpoint in " + resume_from->string() + " was not written by a PrivateTrainer");
-    resumed_run = resumed_extra_["trainer"];
+    if (resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object()) {
+      resumed_run = resumed_extra_["trainer"];
+    } else {  // dpgrad-train's checkpoints from before the trainer kept these at the top
+      require(resumed_extra_.contains("noise_multiplier") && resumed_extra_.contains("total_steps"),
+              "the checkpoint in " + resume_from->string() + " does not record its run's noise and length");
+      resumed_run = {{"noise_multiplier", resumed_extra_["noise_multiplier"]},
+                     {"total_steps", resumed_extra_["total_steps"]},
+                     {"ema_updates", resumed_extra_.value("ema_updates", 0L)}};
+    }
   }
 
   if (dp) {

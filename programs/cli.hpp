@@ -1,3 +1,4 @@
+// Shared by the bundled programs (dpgrad-train, dpgrad-account, dpgrad-logreg, dpgrad-bench); not installed.
 // Command-line errors of the bundled programs in one form: "PROGRAM: error:
 // what", then a pointer to --help (CLI11's own message names no program and
 // does not say it is an error).
