@@ -26,6 +26,9 @@
 #include "engine/runtime.hpp"
 #include "engine/tape.hpp"
 #include "programs/cli.hpp"
+#include "examples/train/options.hpp"
+#include "examples/train/plot.hpp"
+#include "examples/train/report.hpp"
 #include "data/augment.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
@@ -40,209 +43,15 @@
 #include "privacy/schedule.hpp"
 
 using namespace dpgrad;
+using namespace dpgrad::train;
 using json = nlohmann::json;
 
 namespace {
-
-struct Options {
-  std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
-  std::string vocab_file;  // text: a public token list (empty: feature hashing)
-  std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant;  // accountant "": the sampler's default
-  std::string schedule = "constant";
-  std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
-  std::vector<double> normalize;  // {mean, std}: inputs become (x - mean) / std
-  std::optional<double> lr;  // default: the base optimizer's own (sgd, momentum 0.1; adam 0.001)
-  double momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0;
-  double lr_final = 0.0;  // cosine: the learning rate it ends at
-  std::string lr_scale;   // LAYER=FACTOR,...: per-layer learning-rate factors
-  double adambc_floor = 1e-8;  // gamma' of dp-adambc
-  double epochs = 2;
-  std::size_t batch = 256;
-  double clip_norm = 1.0;
-  std::optional<double> noise_multiplier, target_epsilon, delta;
-  double epoch_fraction = 1.0;
-  bool reproducible_noise = false, json_out = false, demo = false, allow_no_noise = false, layer_snr = false;
-  bool report_train_loss = false;  // private runs: show the un-noised training loss (not covered by epsilon)
-  std::uint64_t seed = 42;
-  long max_steps = 0;
-  std::size_t train_limit = 0, test_limit = 0;
-  int threads = 0;
-  std::size_t hidden = 256;
-  std::size_t augment_views = 0;  // augmentation multiplicity: random views per training example (0: off)
-  int augment_shift = 2;
-  bool augment_no_flip = false;
-  // checkpoints and output of this invocation (not part of the run's identity)
-  std::string checkpoint_dir, plot;
-  long checkpoint_every = 0;
-  bool resume = false;
-};
-
-/// Calls f(flag, field) for every option that defines a run: what a checkpoint
-/// stores and a resumed run must not contradict.
-template <class O, class F>
-void for_each_run_option(O& o, F&& f) {
-  f("model", o.model);
-  f("dataset", o.dataset);
-  f("vocab-file", o.vocab_file);
-  f("classes", o.classes);
-  f("normalize", o.normalize);
-  f("augment-views", o.augment_views);
-  f("augment-shift", o.augment_shift);
-  f("augment-no-flip", o.augment_no_flip);
-  f("activation", o.activation);
-  f("hidden", o.hidden);
-  f("optimizer", o.optimizer);
-  f("lr", o.lr);
-  f("lr-schedule", o.schedule);
-  f("lr-final", o.lr_final);
-  f("lr-scale", o.lr_scale);
-  f("momentum", o.momentum);
-  f("weight-decay", o.weight_decay);
-  f("adambc-floor", o.adambc_floor);
-  f("ema", o.ema);
-  f("sat-rho", o.sat_rho);
-  f("epochs", o.epochs);
-  f("batch-size", o.batch);
-  f("max-steps", o.max_steps);
-  f("clip-strategy", o.strategy);
-  f("clip-norm", o.clip_norm);
-  f("noise-multiplier", o.noise_multiplier);
-  f("target-epsilon", o.target_epsilon);
-  f("delta", o.delta);
-  f("accountant", o.accountant);
-  f("sampler", o.sampler);
-  f("epoch-fraction", o.epoch_fraction);
-  f("reproducible-noise", o.reproducible_noise);
-  f("report-train-loss", o.report_train_loss);
-  f("allow-no-noise", o.allow_no_noise);
-  f("seed", o.seed);
-  f("train-limit", o.train_limit);
-  f("test-limit", o.test_limit);
-}
-
-template <class V>
-json option_json(const V& v) {
-  return json(v);
-}
-template <class V>
-json option_json(const std::optional<V>& v) {
-  return v ? json(*v) : json();
-}
-template <class V>
-void option_from_json(const json& j, V& v) {
-  v = j.get<V>();
-}
-template <class V>
-void option_from_json(const json& j, std::optional<V>& v) {
-  if (j.is_null()) v.reset();
-  else v = j.get<V>();
-}
-
-json run_options_json(const Options& o) {
-  json j = json::object();
-  for_each_run_option(o, [&](const char* flag, const auto& v) { j[flag] = option_json(v); });
-  return j;
-}
-
-bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
-
-/// The learning rate an optimizer starts from unless --lr says otherwise: Adam's
-/// steps are normalised per coordinate, so it needs a far smaller one than SGD.
-double default_learning_rate(const std::string& optimizer) {
-  const std::string base = is_dp(optimizer) ? optimizer.substr(3) : optimizer;
-  return base == "adam" || base == "adambc" ? 1e-3 : 0.1;
-}
 
 /// Raises all-or-nothing argument problems as std::invalid_argument.
 void require(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
 }
-
-class Progress {
- public:
-  Progress(bool quiet) : tty_(isatty(fileno(stderr)) && !quiet), quiet_(quiet) {}
-  /// `loss` only when it may be shown, with its label (" (not covered by epsilon)" in private runs).
-  void update(long step, long total, std::optional<double> loss, const std::string& label, double examples_per_s,
-              double eta_s, long epoch) {
-    if (quiet_) return;
-    const std::string shown = loss ? fmt::format(" loss{} {:.4f}", label, *loss) : "";
-    if (tty_) {
-      int width = 30, filled = total ? int(double(width) * double(step) / double(total)) : width;
-      fmt::print(stderr, "\r  epoch {:>3} [{}{}] {:>6}/{}{} {:>7.0f} ex/s ETA {:>5.0f}s ", epoch,
-                 std::string(std::size_t(filled), '#'), std::string(std::size_t(width - filled), '.'), step, total,
-                 shown, examples_per_s, eta_s);
-      if (step == total) fmt::print(stderr, "\n");
-    } else if (total && (step == total || step * 10 / total != (step - 1) * 10 / total)) {
-      fmt::print(stderr, "  epoch {} step {}/{}{} {:.0f} ex/s ETA {:.0f}s\n", epoch, step, total, shown,
-                 examples_per_s, eta_s);
-    }
-  }
-
- private:
-  bool tty_, quiet_;
-};
-
-/// Runs `gnuplot ARGS...`; returns its exit status (127 when it cannot be started).
-int run_gnuplot(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  std::string prog = "gnuplot";
-  argv.push_back(prog.data());
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  if (posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv.data(), environ) != 0) return 127;
-  int st = 0;
-  if (waitpid(pid, &st, 0) < 0) return 127;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-void require_gnuplot() {
-  require(run_gnuplot({"-e", "exit"}) == 0,
-          "--plot needs gnuplot, which was not found: install it with 'sudo apt-get install gnuplot-nox' (./dev deps does)");
-}
-
-/// Test accuracy (left axis) and epsilon (right axis, private runs) against epochs, as a PNG.
-void plot_history(const std::string& out, const json& history, bool with_epsilon, const std::string& title) {
-  namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("dpgrad-plot-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  {
-    std::ofstream data(dir / "history.dat");
-    data << "# epoch test_accuracy_percent epsilon\n";
-    for (const auto& row : history) {
-      const json& e = row.contains("epsilon") ? row["epsilon"] : json();
-      data << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' '
-           << (e.is_number() ? fmt::format("{}", e.get<double>()) : std::string("NaN")) << '\n';
-    }
-    std::string tmp_png = out + ".tmp" + std::to_string(getpid());
-    std::ofstream gp(dir / "plot.gp");
-    gp << "set terminal pngcairo size 900,560 font 'sans,11'\n"
-       << "set output '" << tmp_png << "'\n"
-       << "set title \"" << title << "\" noenhanced\n"
-       << "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\nset grid\nset key bottom right\n"
-       << (history.size() <= 20 ? "set xtics 1\n" : "")
-       << "set datafile missing 'NaN'\n";
-    if (with_epsilon) {
-      gp << "set y2label 'epsilon'\nset y2tics\nset ytics nomirror\n"
-         << "plot '" << (dir / "history.dat").string() << "' using 1:2 with linespoints lw 2 title 'test accuracy', "
-         << "'' using 1:3 axes x1y2 with linespoints lw 2 title 'epsilon (spent so far)'\n";
-    } else {
-      gp << "plot '" << (dir / "history.dat").string() << "' using 1:2 with linespoints lw 2 title 'test accuracy'\n";
-    }
-  }
-  int rc = run_gnuplot({(dir / "plot.gp").string()});
-  std::error_code ec;
-  std::string tmp_png = out + ".tmp" + std::to_string(getpid());
-  if (rc == 0) fs::rename(tmp_png, out, ec);
-  fs::remove_all(dir);
-  if (rc != 0 || ec) {
-    fs::remove(tmp_png, ec);
-    throw std::runtime_error("gnuplot could not write " + out + (rc != 0 ? fmt::format(" (exit status {})", rc) : ""));
-  }
-}
-
-std::string fmt_eps(double e) { return privacy::format_epsilon(e); }
-json eps_json(double e) { return std::isfinite(e) ? json(e) : json("inf"); }
 
 /// The examples of the given classes, relabelled 0, 1, ... in the order given.
 BatchT<float> keep_classes(const BatchT<float>& b, const std::vector<int>& classes) {
@@ -251,23 +60,6 @@ BatchT<float> keep_classes(const BatchT<float>& b, const std::vector<int>& class
     if (std::find(classes.begin(), classes.end(), b.labels[i]) != classes.end()) rows.push_back(i);
   BatchT<float> r = b.select(rows);
   for (auto& y : r.labels) y = std::int32_t(std::find(classes.begin(), classes.end(), y) - classes.begin());
-  return r;
-}
-
-/// Per layer (a parameter's name up to its last '.'), the noised gradient's
-/// signal-to-noise ratio per coordinate over the epoch, in the layers' order.
-std::vector<std::pair<std::string, double>> layer_snr(const std::vector<GradientEnergy>& energy) {
-  std::vector<GradientEnergy> layers;  // the parameters' energies summed per layer
-  for (const auto& e : energy) {
-    const std::string layer = e.name.substr(0, e.name.rfind('.'));
-    auto it = std::find_if(layers.begin(), layers.end(), [&](const GradientEnergy& l) { return l.name == layer; });
-    if (it == layers.end()) it = layers.insert(layers.end(), GradientEnergy{layer});
-    it->size += e.size;
-    it->noised += e.noised;
-    it->noise += e.noise;
-  }
-  std::vector<std::pair<std::string, double>> r;
-  for (const auto& l : layers) r.emplace_back(l.name, l.snr());
   return r;
 }
 
@@ -635,133 +427,12 @@ int run(Options o, const json* resumed) {
 
 int main(int argc, char** argv) {
   keep_freed_memory();
-  Options o;
-  CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
-  dpgrad::name_cli_errors(app, "dpgrad-train");
-  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
-  app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
-      ->capture_default_str();
-  app.add_option("--vocab-file", o.vocab_file,
-                 "text: token ids from this public token list (one token per line) instead of feature hashing");
-  app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
-  app.add_option("--normalize", o.normalize,
-                 "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
-                 "the private data")
-      ->delimiter(',');
-  app.add_option("--augment-views", o.augment_views,
-                 "K: train on K random views of each example (flips, shifts), its loss the mean over them, so one "
-                 "clipped gradient per example (augmentation multiplicity; images only; 0: off)")
-      ->check(CLI::Range(0, 256));
-  app.add_option("--augment-shift", o.augment_shift, "largest shift of a view, in pixels along each axis")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
-  app.add_flag("--augment-no-flip", o.augment_no_flip, "views are not mirrored left-right");
-  app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
-  app.add_option("--hidden", o.hidden, "hidden units of mlp")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer,
-                 "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second moment "
-                 "corrected for the noise)")->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate (default: 0.1 for sgd and momentum, 0.001 for adam, their dp- "
-                               "versions alike)");
-  app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--lr-final", o.lr_final, "cosine: the learning rate at the last step (default 0)")
-      ->capture_default_str();
-  app.add_option("--lr-scale", o.lr_scale,
-                 "LAYER=FACTOR,...: that layer's parameters (or one parameter, e.g. conv1.bias) move with lr * FACTOR")
-      ->capture_default_str();
-  app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
-  app.add_option("--adambc-floor", o.adambc_floor,
-                 "dp-adambc: floor of the corrected second moment, max(v_hat - noise variance, floor)")
-      ->capture_default_str();
-  app.add_option("--ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)")
-      ->capture_default_str();
-  app.add_option("--sat-rho", o.sat_rho,
-                 "DP-SAT: take the gradients at a step of this length towards the previous noised gradient (0: off)")
-      ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
-  app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)");
-  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
-  app.add_option("--clip-norm", o.clip_norm, "per-sample clipping norm C")->capture_default_str();
-  app.add_option("--noise-multiplier", o.noise_multiplier, "sigma: noise std / C");
-  app.add_option("--target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)");
-  app.add_option("--delta", o.delta, "delta (default: 1/N rounded down to a power of ten)");
-  app.add_option("--accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)");
-  app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
-  app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
-  app.add_flag("--reproducible-noise", o.reproducible_noise,
-               "draw noise, sampling and JL directions from a generator seeded by --seed, so that the run can be "
-               "repeated: NOT private (the noise can be recomputed from the seed); default: the secure generator");
-  app.add_flag("--report-train-loss", o.report_train_loss,
-               "private runs: also report the training loss, which is computed from the private data without noise "
-               "and is NOT covered by epsilon (labelled so wherever it appears)");
-  app.add_flag("--allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)");
-  app.add_option("--seed", o.seed,
-                 "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
-                 "--reproducible-noise)")->capture_default_str();
-  app.add_option("--train-limit", o.train_limit, "use only the first N training examples");
-  app.add_option("--test-limit", o.test_limit, "use only the first N test examples");
-  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024));
-  app.add_flag("--layer-snr", o.layer_snr,
-               "print each layer's signal-to-noise ratio per coordinate of the noised gradient every epoch (from the "
-               "released gradients: no privacy cost); a guide for --lr-scale");
-  app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
-  app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "write checkpoints here (at each epoch's end and every --checkpoint-every steps)");
-  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)");
-  app.add_flag("--resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)");
-  app.add_option("--plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)");
-  app.add_flag("--demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-  if (o.demo) {  // private cnn26k on Fashion-MNIST at epsilon 3 (PLD): the README's recipe, about 3 minutes on 2 cores
-    o.model = "cnn26k";
-    o.activation = "tanh";
-    o.optimizer = "dp-momentum";
-    o.momentum = 0.9;
-    o.lr = 0.5;
-    o.lr_scale = "conv1=2,dense2=2";
-    o.batch = 4096;
-    o.epochs = 70;
-    o.strategy = "ghost";
-    o.clip_norm = 1;
-    o.ema = 0.97;
-    o.target_epsilon = 3.0;
-    o.delta = 1e-5;
-    o.accountant = "pld";
-  }
+  ParsedOptions parsed = parse_train_options(argc, argv);
+  if (parsed.exit_code) return *parsed.exit_code;
+  Options& o = parsed.options;
   try {
     json resumed;
-    if (o.resume) {
-      require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
-      resumed = CheckpointDir(o.checkpoint_dir).read_extra();
-      require(resumed.contains("options") && resumed["options"].is_object(),
-              "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
-      json& stored = resumed["options"];
-      // runs written before noise was secure by default kept "secure-rng": false meant seeded noise, which
-      // continues as the named opt-in (not private)
-      if (stored.contains("secure-rng") && !stored.contains("reproducible-noise"))
-        stored["reproducible-noise"] = !stored["secure-rng"].get<bool>();
-      const json given = run_options_json(o);
-      // The run keeps its settings: flags may repeat them but not change them.
-      for_each_run_option(o, [&](const char* flag, auto& v) {
-        // options added since older checkpoints were written keep their defaults, which such runs used
-        static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
-                                                       "reproducible-noise", "report-train-loss", "vocab-file"};
-        if (!stored.contains(flag) && added_later.count(flag)) return;
-        require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
-        if (app.count(std::string("--") + flag) > 0 && given[flag] != stored[flag])
-          throw std::invalid_argument(fmt::format(
-              "--{} {} contradicts the checkpointed run's {}; a resumed run keeps its settings (leave the flag out)",
-              flag, given[flag].dump(), stored[flag].dump()));
-        option_from_json(stored[flag], v);
-      });
-    }
+    if (o.resume) resumed = restore_run_options(o, parsed.given);
     return run(o, o.resume ? &resumed : nullptr);
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpgrad-train: error: {}\n", e.what());

@@ -359,3 +359,19 @@ TEST_CASE("dpgrad-train and dpgrad-account count the same steps for the same epo
   CHECK(trained >= gaussian);
   CHECK(trained == doctest::Approx(gaussian).epsilon(1e-3));
 }
+
+TEST_CASE("dpgrad-train: each optimizer starts from its own learning rate unless --lr says otherwise") {
+  for (const auto& [optimizer, lr] : std::vector<std::pair<std::string, std::string>>{
+           {"adam", "lr 0.001 "}, {"dp-adam", "lr 0.001 "}, {"sgd", "lr 0.1 "}, {"dp-momentum", "lr 0.1 "}}) {
+    CAPTURE(optimizer);
+    const bool dp = optimizer.rfind("dp-", 0) == 0;
+    Run r = run(train + " --dataset synthetic --model mlp --hidden 8 --batch-size 64 --max-steps 2 --optimizer " +
+                optimizer + (dp ? " --noise-multiplier 1" : ""));
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("optimizer " + optimizer + " " + lr) != std::string::npos);
+  }
+  Run given = run(train + " --dataset synthetic --model mlp --hidden 8 --batch-size 64 --max-steps 2 --optimizer adam "
+                          "--lr 0.02");
+  REQUIRE(given.status == 0);
+  CHECK(given.out.find("optimizer adam lr 0.02 ") != std::string::npos);
+}

@@ -1,0 +1,185 @@
+// dpgrad-train's options (examples/train/options.hpp).
+#include "examples/train/options.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "optim/checkpoint.hpp"
+#include "programs/cli.hpp"
+
+namespace dpgrad::train {
+
+namespace {
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+
+/// Whole numbers >= 0 given to unsigned or count options: "-1" would otherwise
+/// wrap around to a huge value.
+const CLI::Validator kWholeNumber(
+    [](std::string& s) {
+      const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) return "must be a whole number >= 0, got '" + s + "'";
+      // at most 18 digits: below 10^18, inside every count type used (CLI11 would saturate larger ones)
+      if (s.find_first_not_of('0') != std::string::npos && s.size() - s.find_first_not_of('0') > 18)
+        return "is too large: '" + s + "'";
+      return std::string();
+    },
+    "WHOLE NUMBER");
+}  // namespace
+
+json run_options_json(const Options& o) {
+  json j = json::object();
+  for_each_run_option(o, [&](const char* flag, const auto& v) { j[flag] = option_json(v); });
+  return j;
+}
+
+bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
+
+double default_learning_rate(const std::string& optimizer) {
+  const std::string base = is_dp(optimizer) ? optimizer.substr(3) : optimizer;
+  return base == "adam" || base == "adambc" ? 1e-3 : 0.1;
+}
+
+
+ParsedOptions parse_train_options(int argc, const char* const* argv) {
+  ParsedOptions r;
+  Options& o = r.options;
+  CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
+  dpgrad::name_cli_errors(app, "dpgrad-train");
+  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru")->capture_default_str();
+  app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
+      ->capture_default_str();
+  app.add_option("--vocab-file", o.vocab_file,
+                 "text: token ids from this public token list (one token per line) instead of feature hashing");
+  app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
+  app.add_option("--normalize", o.normalize,
+                 "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
+                 "the private data")
+      ->delimiter(',');
+  app.add_option("--augment-views", o.augment_views,
+                 "K: train on K random views of each example (flips, shifts), its loss the mean over them, so one "
+                 "clipped gradient per example (augmentation multiplicity; images only; 0: off)")
+      ->check(CLI::Range(0, 256));
+  app.add_option("--augment-shift", o.augment_shift, "largest shift of a view, in pixels along each axis")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_flag("--augment-no-flip", o.augment_no_flip, "views are not mirrored left-right");
+  app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
+  app.add_option("--hidden", o.hidden, "hidden units of mlp")->check(kWholeNumber)->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second moment "
+                 "corrected for the noise)")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate (default: 0.1 for sgd and momentum, 0.001 for adam, their dp- "
+                               "versions alike)");
+  app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
+  app.add_option("--lr-final", o.lr_final, "cosine: the learning rate at the last step (default 0)")
+      ->capture_default_str();
+  app.add_option("--lr-scale", o.lr_scale,
+                 "LAYER=FACTOR,...: that layer's parameters (or one parameter, e.g. conv1.bias) move with lr * FACTOR")
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--adambc-floor", o.adambc_floor,
+                 "dp-adambc: floor of the corrected second moment, max(v_hat - noise variance, floor)")
+      ->capture_default_str();
+  app.add_option("--ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)")
+      ->capture_default_str();
+  app.add_option("--sat-rho", o.sat_rho,
+                 "DP-SAT: take the gradients at a step of this length towards the previous noised gradient (0: off)")
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
+  app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->check(kWholeNumber)->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)")->check(kWholeNumber);
+  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
+  app.add_option("--clip-norm", o.clip_norm, "per-sample clipping norm C")->capture_default_str();
+  app.add_option("--noise-multiplier", o.noise_multiplier, "sigma: noise std / C");
+  app.add_option("--target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)");
+  app.add_option("--delta", o.delta, "delta (default: 1/N rounded down to a power of ten)");
+  app.add_option("--accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)");
+  app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
+  app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
+  app.add_flag("--reproducible-noise", o.reproducible_noise,
+               "draw noise, sampling and JL directions from a generator seeded by --seed, so that the run can be "
+               "repeated: NOT private (the noise can be recomputed from the seed); default: the secure generator");
+  app.add_flag("--report-train-loss", o.report_train_loss,
+               "private runs: also report the training loss, which is computed from the private data without noise "
+               "and is NOT covered by epsilon (labelled so wherever it appears)");
+  app.add_flag("--allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)");
+  app.add_option("--seed", o.seed,
+                 "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
+                 "--reproducible-noise)")->capture_default_str()->check(kWholeNumber);
+  app.add_option("--train-limit", o.train_limit, "use only the first N training examples")->check(kWholeNumber);
+  app.add_option("--test-limit", o.test_limit, "use only the first N test examples")->check(kWholeNumber);
+  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024));
+  app.add_flag("--layer-snr", o.layer_snr,
+               "print each layer's signal-to-noise ratio per coordinate of the noised gradient every epoch (from the "
+               "released gradients: no privacy cost); a guide for --lr-scale");
+  app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "write checkpoints here (at each epoch's end and every --checkpoint-every steps)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)")->check(kWholeNumber);
+  app.add_flag("--resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)");
+  app.add_option("--plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)");
+  app.add_flag("--demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    r.exit_code = code == 0 ? 0 : 2;
+    return r;
+  }
+  for_each_run_option(o, [&](const char* flag, auto&) {
+    if (app.count(std::string("--") + flag) > 0) r.given.insert(flag);
+  });
+  if (o.demo) {  // private cnn26k on Fashion-MNIST at epsilon 3 (PLD): the README's recipe, about 3 minutes on 2 cores
+    o.model = "cnn26k";
+    o.activation = "tanh";
+    o.optimizer = "dp-momentum";
+    o.momentum = 0.9;
+    o.lr = 0.5;
+    o.lr_scale = "conv1=2,dense2=2";
+    o.batch = 4096;
+    o.epochs = 70;
+    o.strategy = "ghost";
+    o.clip_norm = 1;
+    o.ema = 0.97;
+    o.target_epsilon = 3.0;
+    o.delta = 1e-5;
+    o.accountant = "pld";
+  }
+  return r;
+}
+
+json restore_run_options(Options& o, const std::set<std::string>& given) {
+  json resumed;
+  require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
+  resumed = CheckpointDir(o.checkpoint_dir).read_extra();
+  require(resumed.contains("options") && resumed["options"].is_object(),
+          "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
+  json& stored = resumed["options"];
+  // runs written before noise was secure by default kept "secure-rng": false meant seeded noise, which
+  // continues as the named opt-in (not private)
+  if (stored.contains("secure-rng") && !stored.contains("reproducible-noise"))
+    stored["reproducible-noise"] = !stored["secure-rng"].get<bool>();
+  const json given_json = run_options_json(o);
+  // The run keeps its settings: flags may repeat them but not change them.
+  for_each_run_option(o, [&](const char* flag, auto& v) {
+    // options added since older checkpoints were written keep their defaults, which such runs used
+    static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
+                                                   "reproducible-noise", "report-train-loss", "vocab-file"};
+    if (!stored.contains(flag) && added_later.count(flag)) return;
+    require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
+    if (given.count(flag) > 0 && given_json[flag] != stored[flag])
+      throw std::invalid_argument(fmt::format(
+          "--{} {} contradicts the checkpointed run's {}; a resumed run keeps its settings (leave the flag out)",
+          flag, given_json[flag].dump(), stored[flag].dump()));
+    option_from_json(stored[flag], v);
+  });
+  return resumed;
+}
+
+}  // namespace dpgrad::train

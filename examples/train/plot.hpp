@@ -1,0 +1,16 @@
+// dpgrad-train's plot: test accuracy and epsilon against epochs, drawn by gnuplot.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dpgrad::train {
+
+/// Throws std::invalid_argument when gnuplot cannot be started (checked before training).
+void require_gnuplot();
+
+/// Test accuracy (left axis) and epsilon (right axis, private runs) against epochs, as a PNG.
+void plot_history(const std::string& out, const nlohmann::json& history, bool with_epsilon, const std::string& title);
+
+}  // namespace dpgrad::train
