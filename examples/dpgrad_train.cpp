@@ -229,7 +229,7 @@ int run(Options o, const json* resumed) {
                                                                           "' (poisson, shuffle, fixed)");
     cfg.epoch_fraction = o.epoch_fraction;
     cfg.clipping = make_clip_strategy<float>(o.strategy, double(o.batch));
-    cfg.accountant = o.accountant;
+    cfg.accounting = accounting_from_string(o.accountant);
   }
   cfg.sat_rho = o.sat_rho;
   cfg.ema = o.ema;

@@ -27,6 +27,26 @@ std::string to_string(Sampling s) {
   throw std::invalid_argument("unknown Sampling value");
 }
 
+std::string to_string(Accounting a) {
+  switch (a) {
+    case Accounting::automatic: return "";
+    case Accounting::pld: return "pld";
+    case Accounting::rdp: return "rdp";
+    case Accounting::wor: return "wor";
+    case Accounting::shuffle: return "shuffle";
+  }
+  throw std::invalid_argument("unknown Accounting value");
+}
+
+Accounting accounting_from_string(const std::string& name) {
+  for (Accounting a : {Accounting::automatic, Accounting::pld, Accounting::rdp, Accounting::wor, Accounting::shuffle})
+    if (to_string(a) == name) return a;
+  if (name == "gdp")
+    throw std::invalid_argument("the gdp accountant is an approximation (CLT), not an upper bound: it can neither set "
+                                "the noise nor be a run's epsilon; use pld (compare with dpgrad-account --accountant gdp)");
+  throw std::invalid_argument("unknown accountant '" + name + "' (pld, rdp, wor, shuffle)");
+}
+
 namespace {
 
 void require(bool ok, const std::string& message) {
@@ -108,7 +128,8 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     delta_ = c.delta.value_or(default_delta(n));
     require(delta_ * double(n) < 1 || c.delta,
             "the default delta would be 1/N or more for N = " + std::to_string(n) + "; give a delta");
-    accountant_name_ = c.accountant.empty() ? privacy::default_accountant(sampler_->name()) : c.accountant;
+    accountant_name_ = c.accounting == Accounting::automatic ? privacy::default_accountant(sampler_->name())
+                                                              : to_string(c.accounting);
     privacy::AccountantOptions aopts;
     aopts.dataset_size = long(n);
     aopts.batch_size = long(c.batch_size);

@@ -42,6 +42,17 @@ enum class Sampling {
 };
 std::string to_string(Sampling s);  // "poisson", "shuffle", "fixed"
 
+/// Which accountant analyses the run (privacy/ has the classes: PldAccountant, ...).
+enum class Accounting {
+  automatic,  // the tightest upper bound for the sampling: pld (poisson), wor (fixed), shuffle (shuffle)
+  pld,        // numerical privacy-loss distributions (poisson; also jl:K)
+  rdp,        // Renyi DP of the subsampled Gaussian (poisson)
+  wor,        // Renyi DP of sampling without replacement (fixed)
+  shuffle,    // shuffled passes (shuffle)
+};
+std::string to_string(Accounting a);       // "" for automatic, else the accountant's name
+Accounting accounting_from_string(const std::string& name);  // "" -> automatic; throws on unknown names
+
 template <class T>
 struct PrivateTrainingConfigT {
   // ---- privacy
@@ -59,7 +70,7 @@ struct PrivateTrainingConfigT {
   double epoch_fraction = 0.5;            // shuffle: each pass stops after this fraction of the data
   // ---- mechanism
   std::shared_ptr<ClipStrategyT<T>> clipping;  // null: ghost (clipping::ghost<T>())
-  std::string accountant;                 // "": the tightest sound one for the sampling (pld for poisson)
+  Accounting accounting = Accounting::automatic;
   double sat_rho = 0;                     // DP-SAT (post-processing)
   // ---- post-processing of the released iterates (no privacy cost)
   double ema = 0;                         // evaluate an exponential moving average of the parameters (0: off)

@@ -138,4 +138,14 @@ std::unique_ptr<Sampler> make_sampler(const std::string& name, std::size_t n, st
   throw std::invalid_argument("unknown sampler '" + name + "' (poisson, shuffle, fixed)");
 }
 
+std::unique_ptr<Sampler> poisson_sampler(std::size_t n, std::size_t expected_batch) {
+  return make_sampler("poisson", n, expected_batch);
+}
+std::unique_ptr<Sampler> shuffle_sampler(std::size_t n, std::size_t batch, double epoch_fraction) {
+  return make_sampler("shuffle", n, batch, epoch_fraction);
+}
+std::unique_ptr<Sampler> fixed_size_sampler(std::size_t n, std::size_t batch) {
+  return make_sampler("fixed", n, batch);
+}
+
 }  // namespace dpgrad

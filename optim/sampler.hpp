@@ -41,6 +41,14 @@ class Sampler {
 /// Throws std::invalid_argument naming both when the accountant does not analyse this sampler.
 void check_accountant_matches(const Sampler& sampler, const std::string& accountant);
 
+/// Typed constructors (make_sampler takes the same by name). Each checks its sizes.
+/// Poisson: each of `dataset_size` records joins a batch with probability L / N.
+std::unique_ptr<Sampler> poisson_sampler(std::size_t dataset_size, std::size_t expected_batch);
+/// Shuffled passes in batches of `batch`, each pass stopped after `epoch_fraction` of the data.
+std::unique_ptr<Sampler> shuffle_sampler(std::size_t dataset_size, std::size_t batch, double epoch_fraction);
+/// Batches of exactly `batch` distinct records, drawn without replacement.
+std::unique_ptr<Sampler> fixed_size_sampler(std::size_t dataset_size, std::size_t batch);
+
 /// "poisson", "shuffle" or "fixed"; epoch_fraction is used by "shuffle".
 std::unique_ptr<Sampler> make_sampler(const std::string& name, std::size_t dataset_size, std::size_t batch_size,
                                       double epoch_fraction = 1.0);

@@ -101,11 +101,13 @@ TEST_CASE("private trainer: mismatches and traps are refused before any step, pa
     edit(c);
     PrivateTrainerT<double> t(*model, sgd, train, c);
   };
-  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.clipping = clipping::jl<double>(3); c.accountant = "rdp"; }); },
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.clipping = clipping::jl<double>(3); c.accounting = Accounting::rdp; }); },
                                            {"rdp accountant cannot analyse jl:3"});
-  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.accountant = "wor"; }); },
+  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.accounting = Accounting::wor; }); },
                                            {"does not analyse poisson"});
-  test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.accountant = "gdp"; }); }, {"approximation"});
+  test::check_error<std::invalid_argument>([] { accounting_from_string("gdp"); }, {"approximation"});
+  test::check_error<std::invalid_argument>([] { accounting_from_string("foo"); }, {"unknown accountant 'foo'"});
+  CHECK(accounting_from_string("") == Accounting::automatic);
   test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.noise_multiplier = 0.0; }); }, {"NOT private"});
   test::check_error<std::invalid_argument>([&] { make([](auto& c) { c.noise_multiplier.reset(); }); },
                                            {"noise_multiplier or a target_epsilon"});
