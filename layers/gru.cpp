@@ -111,25 +111,6 @@ std::vector<TensorT<T>> GruT<T>::parameters() const {
   return {w_ih_, w_hh_, b_ih_, b_hh_};
 }
 
-template <class T>
-BiGruT<T>::BiGruT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name)
-    : fwd_(input, hidden, rng, name + ".forward"), bwd_(input, hidden, rng, name + ".backward") {}
-
-template <class T>
-typename BiGruT<T>::Output BiGruT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths,
-                                              bool keep_states) {
-  GruOutputT<T> f = fwd_.forward(x, lengths, false, keep_states);
-  GruOutputT<T> r = bwd_.forward(x, lengths, true, keep_states);
-  return {keep_states ? concat<T>({f.states, r.states}, 2) : TensorT<T>(), concat<T>({f.final, r.final}, 1)};
-}
-
-template <class T>
-std::vector<TensorT<T>> BiGruT<T>::parameters() const {
-  std::vector<TensorT<T>> p = fwd_.parameters();
-  for (auto& t : bwd_.parameters()) p.push_back(t);
-  return p;
-}
-
 template GruOutputT<float> gru_sequence(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&,
                                         const TensorT<float>&, const TensorT<float>&, const std::vector<std::int32_t>&,
                                         bool, bool);
@@ -138,7 +119,5 @@ template GruOutputT<double> gru_sequence(const TensorT<double>&, const TensorT<d
                                          const std::vector<std::int32_t>&, bool, bool);
 template class GruT<float>;
 template class GruT<double>;
-template class BiGruT<float>;
-template class BiGruT<double>;
 
 }  // namespace dpgrad

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/bidirectional.hpp"
 #include "layers/module.hpp"
 
 namespace dpgrad {
@@ -40,6 +41,7 @@ GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const Te
 template <class T>
 class GruT final : public ModuleT<T> {
  public:
+  static constexpr const char* kBidirectionalName = "bigru";  // BidirectionalT's default name
   GruT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "gru");
   using Output = GruOutputT<T>;
   /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
@@ -56,25 +58,10 @@ class GruT final : public ModuleT<T> {
   TensorT<T> w_ih_, w_hh_, b_ih_, b_hh_;
 };
 
-/// Two GRU directions over the same input, outputs joined feature-wise.
+/// Two GRU directions over the same input, outputs joined feature-wise
+/// (layers/bidirectional.hpp); construct with a name, e.g. "bigru".
 template <class T>
-class BiGruT final : public ModuleT<T> {
- public:
-  BiGruT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "bigru");
-  struct Output {
-    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps); undefined unless kept
-    TensorT<T> final;   // (B, 2H): [forward final, backward final]
-  };
-  /// x (B, L, input); lengths (B) in [1, L]. The backward final state is the
-  /// state after reading each sequence from its own last token down to 0.
-  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool keep_states = true);
-  /// The forward direction's {w_ih, w_hh, b_ih, b_hh}, then the backward direction's.
-  std::vector<TensorT<T>> parameters() const override;
-  std::size_t hidden_size() const { return fwd_.hidden_size(); }
-
- private:
-  GruT<T> fwd_, bwd_;
-};
+using BiGruT = BidirectionalT<T, GruT<T>>;
 
 using Gru = GruT<float>;
 using BiGru = BiGruT<float>;

@@ -115,32 +115,11 @@ std::vector<TensorT<T>> LstmT<T>::parameters() const {
   return {w_ih_, w_hh_, b_};
 }
 
-template <class T>
-BiLstmT<T>::BiLstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name)
-    : fwd_(input, hidden, rng, name + ".forward"), bwd_(input, hidden, rng, name + ".backward") {}
-
-template <class T>
-typename BiLstmT<T>::Output BiLstmT<T>::forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths,
-                                                bool keep_states) {
-  LstmOutputT<T> f = fwd_.forward(x, lengths, false, keep_states);
-  LstmOutputT<T> r = bwd_.forward(x, lengths, true, keep_states);
-  return {keep_states ? concat<T>({f.states, r.states}, 2) : TensorT<T>(), concat<T>({f.final, r.final}, 1)};
-}
-
-template <class T>
-std::vector<TensorT<T>> BiLstmT<T>::parameters() const {
-  std::vector<TensorT<T>> p = fwd_.parameters();
-  for (auto& t : bwd_.parameters()) p.push_back(t);
-  return p;
-}
-
 template LstmOutputT<float> lstm_sequence(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&,
                                           const TensorT<float>&, const std::vector<std::int32_t>&, bool, bool);
 template LstmOutputT<double> lstm_sequence(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
                                            const TensorT<double>&, const std::vector<std::int32_t>&, bool, bool);
 template class LstmT<float>;
 template class LstmT<double>;
-template class BiLstmT<float>;
-template class BiLstmT<double>;
 
 }  // namespace dpgrad

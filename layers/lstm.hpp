@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/bidirectional.hpp"
 #include "layers/module.hpp"
 
 namespace dpgrad {
@@ -39,6 +40,7 @@ LstmOutputT<T> lstm_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const 
 template <class T>
 class LstmT final : public ModuleT<T> {
  public:
+  static constexpr const char* kBidirectionalName = "bilstm";  // BidirectionalT's default name
   LstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "lstm");
   using Output = LstmOutputT<T>;
   /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
@@ -55,25 +57,10 @@ class LstmT final : public ModuleT<T> {
   TensorT<T> w_ih_, w_hh_, b_;
 };
 
-/// Two LSTM directions over the same input, outputs joined feature-wise.
+/// Two LSTM directions over the same input, outputs joined feature-wise
+/// (layers/bidirectional.hpp); construct with a name, e.g. "bilstm".
 template <class T>
-class BiLstmT final : public ModuleT<T> {
- public:
-  BiLstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "bilstm");
-  struct Output {
-    TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps); undefined unless kept
-    TensorT<T> final;   // (B, 2H): [forward final, backward final]
-  };
-  /// x (B, L, input); lengths (B) in [1, L]. The backward final state is the
-  /// state after reading each sequence from its own last token down to 0.
-  Output forward(const TensorT<T>& x, const std::vector<std::int32_t>& lengths, bool keep_states = true);
-  /// The forward direction's {w_ih, w_hh, b}, then the backward direction's.
-  std::vector<TensorT<T>> parameters() const override;
-  std::size_t hidden_size() const { return fwd_.hidden_size(); }
-
- private:
-  LstmT<T> fwd_, bwd_;
-};
+using BiLstmT = BidirectionalT<T, LstmT<T>>;
 
 using Lstm = LstmT<float>;
 using BiLstm = BiLstmT<float>;
