@@ -1,4 +1,7 @@
-// Per-sample rules for the four kinds of parameter use (matmul, bias, gather, conv).
+// Per-sample gradients of a parameter from its recorded uses: the generic part.
+// What each kind of use contributes (its norms, G_i, the weighted sum) is its
+// rule, beside its op (engine/per_sample_rule.hpp); here the uses are checked,
+// viewed as per-sample blocks, and handed to their kind's rule.
 // Shapes: B samples; a use of W (d, p) has activations a (B, Ta, d) and output
 // cotangents delta (B, Ta, p), Ta = steps or positions of that use.
 #include "engine/per_sample.hpp"
@@ -8,27 +11,40 @@
 #include <string>
 
 #include "engine/blas.hpp"
-#include "engine/parallel.hpp"
+#include "engine/per_sample_rule.hpp"
 #include "engine/runtime.hpp"
 
 namespace dpgrad {
+
+namespace detail {
+template <class T>
+void PerSampleRule<T>::sparse_gradients(const std::vector<UseView<T>>&, std::size_t, std::size_t, std::size_t,
+                                        PerSampleGradients<T>&) const {
+  throw std::logic_error("per-sample rule: this kind of use keeps dense gradients");
+}
+template class PerSampleRule<float>;
+template class PerSampleRule<double>;
+}  // namespace detail
+
 namespace {
 
-/// Runs f(i0, i1) over pieces of samples on the engine's threads; each piece
-/// keeps its own scratch, and every result is written by the sample's own piece.
-template <class F>
-void for_samples(std::size_t batch, F&& f) {
-  parallel::for_range(batch, 1, f);
-}
+using detail::axpy;
+using detail::for_samples;
+using detail::PerSampleRule;
+using detail::sq_norm;
+using detail::UseView;
 
+/// The rule of each kind of use.
 template <class T>
-struct UseView {  // one use seen as per-sample blocks
-  const T* a = nullptr;      // (B, Ta, d) or nullptr
-  const T* delta = nullptr;  // (B, Ta, p)
-  const std::int32_t* ids = nullptr;  // (B, Ta) for gather
-  const ParamUse<T>* use = nullptr;   // conv: builds G_i itself
-  std::size_t steps = 0;     // Ta
-};
+const PerSampleRule<T>& rule_for(UseKind kind) {
+  switch (kind) {
+    case UseKind::matmul: return detail::matmul_rule<T>();
+    case UseKind::bias: return detail::bias_rule<T>();
+    case UseKind::gather: return detail::gather_rule<T>();
+    case UseKind::conv: return detail::conv_rule<T>();
+  }
+  throw std::logic_error("per-sample rule: unknown kind of use");
+}
 
 /// Refuses a use whose input does not hold the batch's samples in blocks along
 /// axis 0, the layout every rule below reads (docs/per-sample.md).
@@ -70,261 +86,26 @@ std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::siz
       throw std::invalid_argument("per-sample rule: parameter '" + g.param->name + "': batch axis " +
                                   std::to_string(delta.dimension() ? delta.shape()[0] : 0) +
                                   " is not a whole number of rows for each of " + std::to_string(batch) + " examples");
+    if (u->kind == UseKind::conv && !u->sample_gradient)
+      throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has a conv use without its rule");
     UseView<T> v;
     v.delta = delta.data();
-    switch (u->kind) {
-      case UseKind::matmul:
-        d = ps[0];
-        p = ps[1];
-        v.a = u->input->value.data();
-        break;
-      case UseKind::bias:
-        d = 1;
-        p = ps[0];
-        break;
-      case UseKind::gather:
-        d = ps[0];  // vocabulary
-        p = ps[1];
-        v.ids = u->ids->data();
-        break;
-      case UseKind::conv:
-        d = ps[0];
-        p = ps[1];
-        if (!u->sample_gradient)
-          throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has a conv use without its rule");
-        v.use = u;
-        break;
-    }
+    rule_for<T>(u->kind).view(*u, Shape(ps.begin(), ps.end()), v, d, p);
     v.steps = batch == 0 ? 0 : delta.size() / (batch * p);
     out.push_back(v);
   }
   return out;
 }
 
-/// <x, y> with 16 partial sums, which the compiler keeps in vector registers (one
-/// running sum is a chain of dependent adds: 4x slower on 16k floats).
+/// The rule of a parameter's uses, all of one kind.
 template <class T>
-T dot(const T* x, const T* y, std::size_t n) {
-  constexpr std::size_t K = 16;
-  T part[K] = {};
-  std::size_t i = 0;
-  for (; i + K <= n; i += K)
-    for (std::size_t k = 0; k < K; ++k) part[k] += x[i + k] * y[i + k];
-  T s = 0;
-  for (; i < n; ++i) s += x[i] * y[i];
-  for (std::size_t k = 0; k < K; ++k) s += part[k];
-  return s;
-}
-
-template <class T>
-T sq_norm(const T* x, std::size_t n) {
-  return dot(x, x, n);
-}
-
-template <class T>
-void axpy(std::size_t n, T alpha, const T* x, T* y) {  // y += alpha x
-  for (std::size_t j = 0; j < n; ++j) y[j] += alpha * x[j];
-}
-
-template <class T>
-UseKind kind_of(const ParamUses<T>& g) {
-  return g.uses.front()->kind;
-}
-
-/// One sample's activations A_i (S, d) and cotangents D_i (S, p) of a matmul
-/// parameter, all its uses stacked along time (S = the uses' steps together), so
-/// that G_i = A_i^T D_i is one GEMM however many steps share the weight (an LSTM's
-/// w_hh: 149 uses of one step each). One use is read in place; several are copied.
-template <class T>
-class StackedSample {
- public:
-  StackedSample(const std::vector<UseView<T>>& vs, std::size_t d, std::size_t p) : vs_(vs), d_(d), p_(p) {
-    for (const auto& v : vs) steps_ += v.steps;
-    if (vs.size() > 1) {
-      a_buf_.resize(steps_ * d);
-      delta_buf_.resize(steps_ * p);
-    }
-  }
-  std::size_t steps() const { return steps_; }
-  void load(std::size_t i) {
-    if (vs_.size() == 1) {
-      a_ = vs_[0].a + i * steps_ * d_;
-      delta_ = vs_[0].delta + i * steps_ * p_;
-      return;
-    }
-    std::size_t off = 0;
-    for (const auto& v : vs_) {
-      std::copy_n(v.a + i * v.steps * d_, v.steps * d_, a_buf_.data() + off * d_);
-      std::copy_n(v.delta + i * v.steps * p_, v.steps * p_, delta_buf_.data() + off * p_);
-      off += v.steps;
-    }
-    a_ = a_buf_.data();
-    delta_ = delta_buf_.data();
-  }
-  const T* a() const { return a_; }          // (S, d)
-  const T* delta() const { return delta_; }  // (S, p)
-  /// g = A_i^T D_i: (d, p), overwritten.
-  void gradient(T* g) const { blas::gemm<T>(true, false, d_, p_, steps_, T(1), a_, delta_, T(0), g); }
-
- private:
-  const std::vector<UseView<T>>& vs_;
-  std::size_t d_, p_, steps_ = 0;
-  std::vector<T> a_buf_, delta_buf_;
-  const T* a_ = nullptr;
-  const T* delta_ = nullptr;
-};
-
-/// One sample's gradient of a table used by gather: the rows its ids touch, each
-/// the sum of the cotangents at the positions that hold that id (in order of first
-/// occurrence; padding, id -1, has none). No sort: a slot per table row.
-template <class T>
-class SampleRows {
- public:
-  SampleRows(const std::vector<UseView<T>>& vs, std::size_t vocab, std::size_t p)
-      : vs_(vs), p_(p), slot_(vocab, -1) {
-    std::size_t steps = 0;
-    for (const auto& v : vs) steps += v.steps;
-    ids_.reserve(steps);
-    rows_.reserve(steps * p);
-  }
-  void load(std::size_t i) {
-    for (std::int32_t id : ids_) slot_[std::size_t(id)] = -1;
-    ids_.clear();
-    rows_.clear();
-    for (const auto& v : vs_)
-      for (std::size_t t = 0; t < v.steps; ++t) {
-        std::int32_t id = v.ids[i * v.steps + t];
-        if (id < 0) continue;
-        const T* src = v.delta + (i * v.steps + t) * p_;
-        std::int32_t& s = slot_[std::size_t(id)];
-        if (s < 0) {
-          s = std::int32_t(ids_.size());
-          ids_.push_back(id);
-          rows_.insert(rows_.end(), src, src + p_);
-        } else {
-          axpy(p_, T(1), src, rows_.data() + std::size_t(s) * p_);
-        }
-      }
-  }
-  std::size_t count() const { return ids_.size(); }
-  const std::vector<std::int32_t>& ids() const { return ids_; }
-  const T* rows() const { return rows_.data(); }  // (count, p)
-
- private:
-  const std::vector<UseView<T>>& vs_;
-  std::size_t p_;
-  std::vector<std::int32_t> slot_;  // (V): row of each table row in rows_, or -1
-  std::vector<std::int32_t> ids_;
-  std::vector<T> rows_;
-};
-
-/// G_i of a conv parameter into g (d p values, overwritten): each use's op builds
-/// its share from the sample's image and output gradient.
-template <class T>
-void conv_gradient(const std::vector<UseView<T>>& vs, std::size_t i, std::size_t batch, std::size_t n, T* g) {
-  std::fill_n(g, n, T(0));
-  for (const auto& v : vs) v.use->sample_gradient(i, batch, g);
-}
-
-/// ||G_i||^2 of a conv parameter, G_i built one sample at a time.
-template <class T>
-ArrayT<T> conv_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p) {
-  ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-    std::vector<T> gi(d * p);
-    for (std::size_t i = i0; i < i1; ++i) {
-      conv_gradient(vs, i, batch, d * p, gi.data());
-      r.data()[i] = sq_norm(gi.data(), d * p);
-    }
-  });
-  return r;
-}
-
-/// sum_t delta_t of sample i (its bias gradient) into acc: (p).
-template <class T>
-void bias_gradient(const std::vector<UseView<T>>& vs, std::size_t i, std::size_t p, T* acc) {
-  std::fill_n(acc, p, T(0));
-  for (const auto& v : vs)
-    for (std::size_t t = 0; t < v.steps; ++t) axpy(p, T(1), v.delta + (i * v.steps + t) * p, acc);
-}
-
-/// ||sum_t delta_t||^2 per sample (bias).
-template <class T>
-ArrayT<T> bias_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t p) {
-  ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-    std::vector<T> acc(p);
-    for (std::size_t i = i0; i < i1; ++i) {
-      bias_gradient(vs, i, p, acc.data());
-      r.data()[i] = sq_norm(acc.data(), p);
-    }
-  });
-  return r;
-}
-
-/// ||G_i||^2 for a table: sum over its distinct ids of ||sum of their delta_t||^2.
-template <class T>
-ArrayT<T> gather_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t vocab, std::size_t p) {
-  ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-    SampleRows<T> rows(vs, vocab, p);
-    for (std::size_t i = i0; i < i1; ++i) {
-      rows.load(i);
-      r.data()[i] = sq_norm(rows.rows(), rows.count() * p);
-    }
-  });
-  return r;
-}
-
-/// Ghost norms of a matmul parameter: ||G_i||^2 = <A_i A_i^T, D_i D_i^T> with all
-/// uses stacked along time (Goodfellow 2015; Li et al. 2021).
-template <class T>
-ArrayT<T> matmul_ghost_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p) {
-  ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  std::size_t n = 0;
-  for (const auto& v : vs) n += v.steps;
-  if (vs.size() == 1 && n == 1) {  // one step: ||a_i||^2 ||delta_i||^2
-    for (std::size_t i = 0; i < batch; ++i)
-      r.data()[i] = sq_norm(vs[0].a + i * d, d) * sq_norm(vs[0].delta + i * p, p);
-    return r;
-  }
-  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-    StackedSample<T> s(vs, d, p);
-    std::vector<T> ga(n * n), gd(n * n);
-    for (std::size_t i = i0; i < i1; ++i) {
-      s.load(i);
-      blas::gemm<T>(false, true, n, n, d, T(1), s.a(), s.a(), T(0), ga.data());
-      blas::gemm<T>(false, true, n, n, p, T(1), s.delta(), s.delta(), T(0), gd.data());
-      r.data()[i] = dot(ga.data(), gd.data(), n * n);
-    }
-  });
-  return r;
-}
-
-/// ||A_i^T D_i||^2 per sample, G_i built one sample at a time.
-template <class T>
-ArrayT<T> matmul_materialised_norms(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d,
-                                    std::size_t p) {
-  ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-    StackedSample<T> s(vs, d, p);
-    std::vector<T> gi(d * p);
-    for (std::size_t i = i0; i < i1; ++i) {
-      s.load(i);
-      s.gradient(gi.data());
-      r.data()[i] = sq_norm(gi.data(), d * p);
-    }
-  });
-  return r;
-}
-
-template <class T>
-void check_kinds(const ParamUses<T>& g) {
+const PerSampleRule<T>& rule_of(const ParamUses<T>& g) {
   if (g.uses.empty()) throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has no uses");
   for (const auto* u : g.uses)
     if (u->kind != g.uses.front()->kind)
       throw std::invalid_argument("per-sample rule: parameter '" + g.param->name +
                                   "' is used by different kinds of op; no rule covers that mix");
+  return rule_for<T>(g.uses.front()->kind);
 }
 
 }  // namespace
@@ -379,8 +160,7 @@ ArrayT<T> PerSampleGradients<T>::to_dense() const {
 
 template <class T>
 bool per_sample_gradients_are_small(const ParamUses<T>& g, std::size_t batch) {
-  check_kinds(g);
-  if (kind_of(g) == UseKind::gather || batch == 0) return false;
+  if (!rule_of(g).dense_gradients() || batch == 0) return false;
   std::size_t d = 0, p = 0;
   std::size_t steps = 0;
   for (const auto& v : views(g, batch, d, p)) steps += v.steps;
@@ -389,16 +169,7 @@ bool per_sample_gradients_are_small(const ParamUses<T>& g, std::size_t batch) {
 
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& g) {
-  check_kinds(g);
-  if (kind_of(g) == UseKind::conv) return NormMethod::materialise;  // its only rule: no patches to take a Gram of
-  if (kind_of(g) != UseKind::matmul) return NormMethod::ghost;      // bias and gather rules never build G_i
-  std::size_t d = g.param->value.shape()[0], p = g.param->value.shape()[1], total = 0;
-  for (const auto* u : g.uses) {
-    std::size_t b = u->input->value.shape()[0];
-    total += b == 0 ? 0 : u->input->value.size() / (b * d);
-  }
-  // ghost: T^2 (d + p) per sample; materialise: T d p
-  return total * (d + p) <= d * p ? NormMethod::ghost : NormMethod::materialise;
+  return rule_of(g).cheaper_norm_method(g);
 }
 
 template <class T>
@@ -421,44 +192,24 @@ void check_per_sample_tape(const TapeT<T>& tape, const TensorT<T>& losses, std::
 template <class T>
 ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, NormMethod method) {
   profile::Scope timed("per-sample norms");
-  check_kinds(g);
+  const PerSampleRule<T>& rule = rule_of(g);
   std::size_t d = 0, p = 0;
   auto vs = views(g, batch, d, p);
-  if (method == NormMethod::automatic) method = cheaper_norm_method(g);
-  switch (kind_of(g)) {
-    case UseKind::matmul:
-      return method == NormMethod::materialise ? matmul_materialised_norms(vs, batch, d, p)
-                                               : matmul_ghost_norms(vs, batch, d, p);
-    case UseKind::bias: return bias_norms(vs, batch, p);
-    case UseKind::gather: return gather_norms(vs, batch, d, p);
-    case UseKind::conv: return conv_norms(vs, batch, d, p);  // materialised whatever `method` says
-  }
-  return {};
+  if (method == NormMethod::automatic) method = rule.cheaper_norm_method(g);
+  return rule.norms_squared(vs, batch, d, p, method);
 }
 
 template <class T>
 PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
   profile::Scope timed("per-sample grads");
-  check_kinds(g);
+  const PerSampleRule<T>& rule = rule_of(g);
   std::size_t d = 0, p = 0;
   auto vs = views(g, batch, d, p);
   PerSampleGradients<T> r;
   r.param_shape = shape_of(g.param->value);
   r.batch = batch;
-  if (kind_of(g) == UseKind::gather) {
-    r.sparse = true;
-    r.offsets.assign(1, 0);
-    std::size_t positions = 0;  // an upper bound on the rows kept
-    for (const auto& v : vs) positions += batch * v.steps;
-    r.row_ids.reserve(positions);
-    r.rows.reserve(positions * p);
-    SampleRows<T> rows(vs, d, p);
-    for (std::size_t i = 0; i < batch; ++i) {
-      rows.load(i);
-      r.row_ids.insert(r.row_ids.end(), rows.ids().begin(), rows.ids().end());
-      r.rows.insert(r.rows.end(), rows.rows(), rows.rows() + rows.count() * p);
-      r.offsets.push_back(r.row_ids.size());
-    }
+  if (!rule.dense_gradients()) {
+    rule.sparse_gradients(vs, batch, d, p, r);
     return r;
   }
   Shape s{batch};
@@ -466,23 +217,9 @@ PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, st
   r.dense = ArrayT<T>::from_shape(s);  // every G_i is overwritten whole
   const std::size_t block = numel(r.param_shape);
   T* dense = r.dense.data();
-  if (kind_of(g) == UseKind::bias) {
-    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-      for (std::size_t i = i0; i < i1; ++i) bias_gradient(vs, i, p, dense + i * block);
-    });
-  } else if (kind_of(g) == UseKind::conv) {
-    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-      for (std::size_t i = i0; i < i1; ++i) conv_gradient(vs, i, batch, block, dense + i * block);
-    });
-  } else {
-    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-      StackedSample<T> st(vs, d, p);
-      for (std::size_t i = i0; i < i1; ++i) {
-        st.load(i);
-        st.gradient(dense + i * block);
-      }
-    });
-  }
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) rule.gradient(vs, i, batch, d, p, dense + i * block);
+  });
   return r;
 }
 
@@ -494,62 +231,11 @@ ArrayT<T> per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
 template <class T>
 ArrayT<T> weighted_gradient_sum(const ParamUses<T>& g, const ArrayT<T>& c) {
   profile::Scope timed("weighted sum");
-  check_kinds(g);
+  const PerSampleRule<T>& rule = rule_of(g);
   std::size_t batch = c.size(), d = 0, p = 0;
   auto vs = views(g, batch, d, p);
   ArrayT<T> out = xt::zeros<T>(g.param->value.shape());
-  const T* ci = c.data();
-  switch (kind_of(g)) {
-    case UseKind::matmul: {
-      // sum_i c_i a_i^T delta_i = a^T (c-scaled delta) = (c-scaled a)^T delta: one
-      // GEMM over all rows of a use, scaling whichever of a and delta is narrower
-      const bool scale_a = d <= p;
-      const std::size_t w = scale_a ? d : p;
-      std::vector<T> scaled;
-      for (const auto& v : vs) {
-        const std::size_t rows = batch * v.steps, block = v.steps * w;
-        scaled.resize(rows * w);
-        const T* src = scale_a ? v.a : v.delta;
-        T* dst = scaled.data();
-        for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-          for (std::size_t i = i0; i < i1; ++i) {
-            const T* x = src + i * block;
-            T* y = dst + i * block;
-            for (std::size_t k = 0; k < block; ++k) y[k] = ci[i] * x[k];
-          }
-        });
-        blas::gemm<T>(true, false, d, p, rows, T(1), scale_a ? scaled.data() : v.a,
-                      scale_a ? v.delta : scaled.data(), T(1), out.data());
-      }
-      break;
-    }
-    case UseKind::bias: {
-      std::vector<T> acc(p);
-      for (std::size_t i = 0; i < batch; ++i) {
-        bias_gradient(vs, i, p, acc.data());
-        axpy(p, ci[i], acc.data(), out.data());
-      }
-      break;
-    }
-    case UseKind::conv:  // sum_i c_i G_i, each G_i built by its op, in parallel pieces of samples
-      parallel::sum_pieces(batch, 1, d * p, out.data(), [&](std::size_t i0, std::size_t i1, T* acc) {
-        std::vector<T> gi(d * p);
-        for (std::size_t i = i0; i < i1; ++i) {
-          conv_gradient(vs, i, batch, d * p, gi.data());
-          axpy(d * p, ci[i], gi.data(), acc);
-        }
-      });
-      break;
-    case UseKind::gather:
-      for (const auto& v : vs)
-        for (std::size_t i = 0; i < batch; ++i)
-          for (std::size_t t = 0; t < v.steps; ++t) {
-            std::int32_t id = v.ids[i * v.steps + t];
-            if (id < 0) continue;
-            axpy(p, ci[i], v.delta + (i * v.steps + t) * p, out.data() + std::size_t(id) * p);
-          }
-      break;
-  }
+  rule.weighted_sum(vs, c.data(), batch, d, p, out.data());
   return out;
 }
 

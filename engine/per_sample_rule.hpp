@@ -1,0 +1,94 @@
+// The interface a kind of parameter use implements to give vanilla and ghost
+// their per-sample gradients (docs/per-sample.md, "Giving an op a rule"), and
+// the helpers the rules share. Each rule lives beside its op:
+// engine/ops/linear_rules.cpp (matmul, bias), gather_rules.cpp, conv_rules.cpp.
+// Internal to the engine (not installed).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "engine/parallel.hpp"
+#include "engine/per_sample.hpp"
+
+namespace dpgrad::detail {
+
+/// Runs f(i0, i1) over pieces of samples on the engine's threads; each piece
+/// keeps its own scratch, and every result is written by the sample's own piece.
+template <class F>
+inline void for_samples(std::size_t batch, F&& f) {
+  parallel::for_range(batch, 1, f);
+}
+
+template <class T>
+struct UseView {  // one use seen as per-sample blocks
+  const T* a = nullptr;      // (B, Ta, d) or nullptr
+  const T* delta = nullptr;  // (B, Ta, p)
+  const std::int32_t* ids = nullptr;  // (B, Ta) for gather
+  const ParamUse<T>* use = nullptr;   // conv: builds G_i itself
+  std::size_t steps = 0;     // Ta
+};
+
+/// <x, y> with 16 partial sums, which the compiler keeps in vector registers (one
+/// running sum is a chain of dependent adds: 4x slower on 16k floats).
+template <class T>
+T dot(const T* x, const T* y, std::size_t n) {
+  constexpr std::size_t K = 16;
+  T part[K] = {};
+  std::size_t i = 0;
+  for (; i + K <= n; i += K)
+    for (std::size_t k = 0; k < K; ++k) part[k] += x[i + k] * y[i + k];
+  T s = 0;
+  for (; i < n; ++i) s += x[i] * y[i];
+  for (std::size_t k = 0; k < K; ++k) s += part[k];
+  return s;
+}
+
+template <class T>
+T sq_norm(const T* x, std::size_t n) {
+  return dot(x, x, n);
+}
+
+template <class T>
+void axpy(std::size_t n, T alpha, const T* x, T* y) {  // y += alpha x
+  for (std::size_t j = 0; j < n; ++j) y[j] += alpha * x[j];
+}
+
+/// What one kind of parameter use provides. B samples; a use of a parameter of
+/// shape (d, p) (bias: (p), d = 1) has per-sample blocks of Ta steps.
+template <class T>
+class PerSampleRule {
+ public:
+  virtual ~PerSampleRule() = default;
+  /// The use's view (what the rule reads besides delta) and the parameter's d and p.
+  virtual void view(const ParamUse<T>& u, const Shape& param, UseView<T>& v, std::size_t& d, std::size_t& p) const = 0;
+  /// How norms are cheaper for this parameter: ghost (a Gram of the steps) or
+  /// materialising G_i. Rules with only one way return it.
+  virtual NormMethod cheaper_norm_method(const ParamUses<T>& g) const { return NormMethod::ghost; }
+  /// Whether G_i may be kept dense per sample (false for tables: sparse rows).
+  virtual bool dense_gradients() const { return true; }
+  /// ||G_i||^2 per sample: (B).
+  virtual ArrayT<T> norms_squared(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d,
+                                  std::size_t p, NormMethod method) const = 0;
+  /// G_i of sample i, (d p) values, overwritten (rules with dense gradients).
+  virtual void gradient(const std::vector<UseView<T>>& vs, std::size_t i, std::size_t batch, std::size_t d,
+                        std::size_t p, T* g) const = 0;
+  /// out += sum_i c_i G_i over the batch (out: the parameter's shape, zeroed by the caller).
+  virtual void weighted_sum(const std::vector<UseView<T>>& vs, const T* c, std::size_t batch, std::size_t d,
+                            std::size_t p, T* out) const = 0;
+  /// Sparse G_i (tables): fills r's rows, row_ids and offsets.
+  virtual void sparse_gradients(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p,
+                                PerSampleGradients<T>& r) const;
+};
+
+template <class T>
+const PerSampleRule<T>& matmul_rule();  // engine/ops/linear_rules.cpp
+template <class T>
+const PerSampleRule<T>& bias_rule();    // engine/ops/linear_rules.cpp
+template <class T>
+const PerSampleRule<T>& gather_rule();  // engine/ops/gather_rules.cpp
+template <class T>
+const PerSampleRule<T>& conv_rule();    // engine/ops/conv_rules.cpp
+
+}  // namespace dpgrad::detail
