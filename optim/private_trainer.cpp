@@ -204,17 +204,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
   if (c.ema > 0) average_ = std::make_unique<ParameterAverageT<T>>(model.parameters(), c.ema);
 
   if (resume_from) {
-    auto params = model.parameters();
-    TrainingStateT<T> state;
-    state.params = params;
-    state.optimizer = &optimizer_;
-    state.sampler = sampler_.get();
-    state.generators = {{"noise", noise_rng_.get()}, {"aux", aux_rng_.get()}, {"sampling", sample_rng_.get()}};
-    state.accountant = accountant_.get();
-    if (average_)
-      for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average_->averages()[i];
-    for (std::size_t i = 0; i < dp_->sat_direction().size(); ++i)
-      state.arrays["sat." + params[i].name()] = &dp_->sat_direction()[i];
+    TrainingStateT<T> state = training_state();
     steps_ = CheckpointDir(*resume_from).load(state);
     require(steps_ >= 0 && steps_ <= total_steps_, "the checkpoint's step " + std::to_string(steps_) +
                                                        " is outside the run's " + std::to_string(total_steps_));
@@ -335,7 +325,7 @@ Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk
 }
 
 template <class T>
-void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json extra) const {
+TrainingStateT<T> PrivateTrainerT<T>::training_state() const {
   auto params = model_.parameters();
   TrainingStateT<T> state;
   state.params = params;
@@ -347,6 +337,12 @@ void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json e
     for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average_->averages()[i];
   for (std::size_t i = 0; i < dp_->sat_direction().size(); ++i)
     state.arrays["sat." + params[i].name()] = &dp_->sat_direction()[i];
+  return state;
+}
+
+template <class T>
+void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json extra) const {
+  const TrainingStateT<T> state = training_state();
   if (!extra.is_object()) throw std::invalid_argument("PrivateTrainer::save: extra must be a JSON object");
   extra["trainer"] = {{"noise_multiplier", sigma_}, {"total_steps", total_steps_}, {"calibrated", calibrated_},
                       {"ema_updates", average_ ? average_->updates() : 0L}, {"private", is_private()}};

@@ -22,6 +22,7 @@
 
 #include "layers/module.hpp"
 #include "optim/averaging.hpp"
+#include "optim/checkpoint.hpp"
 #include "optim/clipping.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/optimizer.hpp"
@@ -153,6 +154,9 @@ class PrivateTrainerT {
   const nlohmann::json& resumed_extra() const { return resumed_extra_; }
 
  private:
+  /// What a checkpoint holds of the run (pointers into this trainer and the model).
+  TrainingStateT<T> training_state() const;
+
   ModelT<T>& model_;
   OptimizerT<T>& optimizer_;
   const BatchT<T>& train_;
