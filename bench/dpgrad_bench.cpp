@@ -736,9 +736,15 @@ void check(const Options& o) {
   require(o.steps >= 1, "--steps must be >= 1");
   require(o.warmup >= 1, "--warmup must be >= 1 (the first step measures memory)");
   require(o.naive_steps >= 1, "--naive-steps must be >= 1");
-  require(o.memory_limit_gb > 0, "--memory-limit-gb must be > 0");
+  require(o.memory_limit_gb > 0 && o.memory_limit_gb <= 4096,
+          "--memory-limit-gb must be in (0, 4096] (the search needs a finite limit)");
+  require(o.max_batch_start >= 1 && o.max_batch_start <= o.batch_cap,
+          "--max-batch-start must be in [1, --batch-cap]: the search doubles from it");
+  require(o.batch_cap >= 1, "--batch-cap must be >= 1");
   require(o.limit == "as" || o.limit == "rss", "--limit must be as or rss");
-  require(o.max_batch_seconds > 0 && o.probe_timeout > 0, "time caps must be > 0");
+  require(o.max_batch_seconds > 0 && std::isfinite(o.max_batch_seconds) && o.probe_timeout > 0 &&
+              std::isfinite(o.probe_timeout),
+          "time caps must be finite and > 0");
 }
 
 /// --noise-cost: the noise of one step alone, as it was (Box-Muller normals cast

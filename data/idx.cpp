@@ -3,6 +3,8 @@
 // chunks, so a corrupt header can neither crash nor trigger a huge allocation.
 #include "data/idx.hpp"
 
+#include <sys/stat.h>
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -35,14 +37,31 @@ std::string hex32(std::uint32_t v) {
   throw DataError(path + ": " + what);
 }
 
+}  // namespace
+
+void require_regular_file(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ELOOP) throw DataError(path + ": a loop of symbolic links, not " + what);
+    if (errno == ENOENT || errno == ENOTDIR) {
+      struct stat link {};
+      if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode))
+        throw DataError(path + ": a symbolic link to a file that does not exist, not " + what);
+      throw DataError(path + ": no such file");
+    }
+    throw DataError(path + ": cannot read: " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) throw DataError(path + ": is a folder, not " + what);
+  if (!S_ISREG(st.st_mode)) throw DataError(path + ": is not a regular file (a FIFO, socket or device), not " + what);
+}
+
+namespace {
+
 /// Owns a gzFile; reads exactly or reports what went wrong.
 class GzReader {
  public:
   explicit GzReader(const std::string& path) : path_(path) {
-    std::error_code ec;
-    const auto st = fs::status(path, ec);
-    if (ec || !fs::exists(st)) fail(path, "no such file");
-    if (fs::is_directory(st)) fail(path, "is a directory, not an IDX file");
+    require_regular_file(path, "an IDX file");
     f_ = gzopen(path.c_str(), "rb");
     if (f_ == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
     gzbuffer(f_, 1 << 17);

@@ -19,6 +19,12 @@ class DataError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Throws DataError unless `path` names a regular file (after symbolic links):
+/// "no such file", "a loop of symbolic links", "a folder", or "not a regular file
+/// (a FIFO, socket or device)" - a FIFO would block a reader forever.
+/// `what` names what was expected ("an IDX file").
+void require_regular_file(const std::string& path, const std::string& what);
+
 struct ImageDataset {
   ArrayT<float> images;               // (N, 1, R, C), pixel / 255 in [0, 1]
   std::vector<std::int32_t> labels;   // (N), in [0, classes)

@@ -67,6 +67,7 @@ std::int64_t record_id(std::string_view name) {
 }
 
 std::string read_file(const std::filesystem::path& path) {
+  require_regular_file(path.string(), "a text file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw DataError(path.string() + ": cannot read: " + std::strerror(errno));
   std::string out;
@@ -147,8 +148,7 @@ Vocabulary Vocabulary::from_token_file(const std::string& path, std::size_t max_
   auto fail = [&](const std::string& why) -> void { throw DataError(path + ": " + why); };
   if (max_size < 3) throw std::invalid_argument("Vocabulary::from_token_file: max_size must be >= 3");
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("no such file");
-  if (fs::is_directory(path, ec)) fail("is a folder, not a token file");
+  require_regular_file(path, "a token file");
   const std::uintmax_t bytes = fs::file_size(path, ec);
   if (!ec && bytes > kMaxBytes)
     fail("too large for a vocabulary file (" + std::to_string(bytes) + " bytes; at most " + std::to_string(kMaxBytes) +
@@ -224,8 +224,6 @@ void Vocabulary::save(const std::string& path) const {
 }
 
 Vocabulary Vocabulary::load(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw DataError(path + ": no such file");
   std::istringstream in(read_file(path));
   auto fail = [&](const std::string& why) -> void { throw DataError(path + ": not a vocabulary file: " + why); };
   std::string line;

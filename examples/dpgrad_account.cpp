@@ -5,6 +5,7 @@
 // Figures that are not upper bounds (gdp, the JL paper's pair) appear only labelled,
 // beside a sound one. Exit status: 0 ok, 2 invalid input (message on stderr), 1 internal error.
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -154,8 +155,18 @@ std::vector<double> epsilon_curve(const Factory& make, double q, double sigma, c
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);
   };
+  const auto t0 = std::chrono::steady_clock::now();
   run_all(epochs == 1 ? std::vector<std::size_t>{0} : std::vector<std::size_t>{epochs - 1, 0});
   if (epochs > 2 && !(std::isinf(eps.front()) && std::isinf(eps.back()))) {
+    // the rest costs at most as much per epoch as the last epoch did: refuse a curve of hours
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double threads = std::max(1u, std::thread::hardware_concurrency());
+    const double estimate = seconds / 2 * double(epochs - 2) / threads;
+    constexpr double kMaxSeconds = 600;
+    if (estimate > kMaxSeconds)
+      throw InvalidInput(fmt::format("--curve would take about {:.0f} minutes ({} epochs, {:.2f} s for the first and "
+                                     "last); ask for fewer --epochs, or --accountant rdp, which is faster",
+                                     estimate / 60, epochs, seconds));
     std::vector<std::size_t> middle;  // latest first: later epochs take longest
     for (std::size_t e = epochs - 1; e-- > 1;) middle.push_back(e);
     run_all(middle);

@@ -119,11 +119,17 @@ int run(Options o, const json* resumed) {
           fmt::format("--adambc-floor must be > 0, got {}", o.adambc_floor));
   if (dp) {
     require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
+    if (o.strategy.rfind("jl:", 0) == 0) {
+      const long k = std::strtol(o.strategy.c_str() + 3, nullptr, 10);
+      require(k <= 1000, fmt::format("--clip-strategy {}: each of the K directions is a forward pass, so a step costs "
+                                     "about K non-private steps (jl:1000 took 26 s a step on cnn26k); at most jl:1000 "
+                                     "(ghost and vanilla give exact norms faster)", o.strategy));
+    }
     require(o.noise_multiplier || o.target_epsilon, "a private run needs --noise-multiplier or --target-epsilon");
     require(!o.noise_multiplier || *o.noise_multiplier >= 0,
             fmt::format("--noise-multiplier must be >= 0, got {}", o.noise_multiplier.value_or(0)));
     require(!o.target_epsilon || *o.target_epsilon > 0, "--target-epsilon must be > 0");
-    require(o.clip_norm > 0 && std::isfinite(o.clip_norm), fmt::format("--clip-norm must be > 0, got {}", o.clip_norm));
+    require(o.clip_norm > 0 && o.clip_norm <= 1e6, fmt::format("--clip-norm must be in (0, 1e6], got {}", o.clip_norm));
     require(!o.delta || (*o.delta > 0 && *o.delta < 1), fmt::format("--delta must be in (0, 1), got {}", o.delta.value_or(0)));
     if (o.noise_multiplier && *o.noise_multiplier == 0)
       require(o.allow_no_noise, "--noise-multiplier 0 adds no noise and is NOT private; add --allow-no-noise to insist");
@@ -134,6 +140,14 @@ int run(Options o, const json* resumed) {
   if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
                                       "--epoch-fraction must be in (0, 1) for private shuffled training");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  require(o.epoch_fraction == 1.0 || o.sampler == "shuffle",
+          "--epoch-fraction applies to --sampler shuffle only (this run samples " + o.sampler + ")");
+  require(!o.allow_no_noise || (o.noise_multiplier && *o.noise_multiplier == 0 && !o.target_epsilon),
+          "--allow-no-noise goes with --noise-multiplier 0 and no --target-epsilon (a run without noise has no epsilon)");
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+          fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
+  require(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
+          fmt::format("--momentum must be in [0, 1), got {}", o.momentum));
   require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
   require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
   require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
@@ -143,7 +157,13 @@ int run(Options o, const json* resumed) {
   require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
           "--checkpoint-dir " + o.checkpoint_dir +
               " already holds a checkpoint: add --resume to continue that run, or choose another directory");
-  if (!o.plot.empty()) require_gnuplot();
+  if (!o.plot.empty()) {
+    require_gnuplot();
+    require_writable_file(o.plot, "--plot");
+  }
+  // the checkpoint directory is claimed now: unwritable, or used by another run, fails before any work
+  std::optional<CheckpointLock> checkpoint_lock;
+  if (!o.checkpoint_dir.empty()) checkpoint_lock.emplace(o.checkpoint_dir);
 
   // ---- data and model
   data::DatasetOptions dopts;
@@ -174,12 +194,28 @@ int run(Options o, const json* resumed) {
   data.train = limit(data.train, o.train_limit);
   data.test = limit(data.test, o.test_limit);
   require(data.train.size() > 0, "the training set is empty");
+  require(data.test.size() > 0, "the test set is empty");
+  {
+    std::set<std::int32_t> seen_labels(data.train.labels.begin(), data.train.labels.end());
+    require(seen_labels.size() >= 2, fmt::format("the training set has {} class ({} examples): a classifier needs at "
+                                                 "least two", seen_labels.size(), data.train.size()));
+  }
+  if (!data.tokens) {
+    Shape train_shape = shape_of(data.train.inputs), test_shape = shape_of(data.test.inputs);
+    train_shape.erase(train_shape.begin());
+    test_shape.erase(test_shape.begin());
+    require(train_shape == test_shape, fmt::format("training images are {} and test images {}: they must be the same "
+                                                   "size", shape_str(train_shape), shape_str(test_shape)));
+  }
   FastRng init_rng(o.seed);
   Activation act = parse_activation(o.activation);
   std::unique_ptr<ModelT<float>> model;
   if (model_reads_tokens(o.model)) {
     require(data.tokens, o.model + " needs a text dataset (spamassassin, text:PATH, synthetic-text)");
-    model = make_model<float>(o.model, init_rng, act);
+    // the output layer has one unit per class of the data
+    model = o.model == "bilstm598k" ? make_bilstm598k<float>(init_rng, data.classes)
+            : o.model == "bigru"    ? make_bigru<float>(init_rng, 8185, 64, 64, data.classes)
+                                    : make_model<float>(o.model, init_rng, act);
   } else {
     require(!data.tokens, o.model + " needs an image dataset; use bilstm598k or bigru for text");
     std::size_t in = data.train.inputs.size() / data.train.size();
@@ -434,6 +470,10 @@ int main(int argc, char** argv) {
     json resumed;
     if (o.resume) resumed = restore_run_options(o, parsed.given);
     return run(o, o.resume ? &resumed : nullptr);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "dpgrad-train: error: out of memory; lower --batch-size, or use --clip-strategy ghost (or "
+                       "microbatch), whose per-sample work takes the least memory\n");
+    return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpgrad-train: error: {}\n", e.what());
     return 2;

@@ -32,9 +32,9 @@ std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng);
 
 /// Tokens (B, L) padded with 0 and their lengths: Embedding(8185, 64, padding 0);
 /// bidirectional LSTM(64); [forward final, backward final] (128); Dense(64) ReLU;
-/// Dense(2). 523,840 + 66,048 + 8,256 + 130 = 598,274 parameters.
+/// Dense(classes). With 2 classes: 523,840 + 66,048 + 8,256 + 130 = 598,274 parameters.
 template <class T>
-std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng);
+std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng, std::size_t classes = 2);
 
 /// Tokens (B, L) padded with 0 and their lengths: Embedding(vocab, embed, padding 0);
 /// bidirectional GRU(hidden); [forward final, backward final] (2 hidden); Dense(classes).

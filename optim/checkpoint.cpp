@@ -2,6 +2,8 @@
 #include "optim/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sodium.h>
 #include <unistd.h>
 
@@ -65,12 +67,48 @@ void write_file(const fs::path& path, const std::string& bytes) {
   fsync_path(path, false);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read " + path.string() + ": " + std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+/// Reads a regular file of at most `max_bytes` (a symbolic link, FIFO, device or
+/// folder in its place is an error, not a read that blocks or never ends).
+std::string read_file(const fs::path& path, std::size_t max_bytes = std::size_t(1) << 34) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    fail("cannot read " + path.string() + ": " +
+         (errno == ELOOP ? std::string("it is a symbolic link, which a checkpoint never holds") : std::strerror(errno)));
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("cannot read " + path.string() + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path.string() + " is not a regular file");
+  if (std::size_t(st.st_size) > max_bytes)
+    fail(path.string() + " has " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
+         " expected");
+  std::string out(std::size_t(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t r = ::read(fd, out.data() + done, out.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail("cannot read " + path.string() + ": " + (r < 0 ? std::strerror(errno) : "it shrank"));
+    done += std::size_t(r);
+  }
+  return out;
+}
+
+/// A manifest's relative path: letters, digits, '.', '_', '-' and '/', no empty,
+/// '.' or '..' component, not absolute: it stays inside the checkpoint.
+bool safe_relative_path(const std::string& rel) {
+  if (rel.empty() || rel.size() > 512 || rel.front() == '/') return false;
+  for (char c : rel)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '/')) return false;
+  std::size_t start = 0;
+  while (start <= rel.size()) {
+    const std::size_t end = std::min(rel.find('/', start), rel.size());
+    const std::string part = rel.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
 }
 
 /// Replaces `path` by a file holding `bytes`, atomically (temp file + rename).
@@ -95,6 +133,92 @@ std::string safe(const std::string& name) {
   std::string s;
   for (char c : name) s.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_');
   return s;
+}
+
+/// The value of `key` in an npy header's dict, up to the next top-level ',' or
+/// '}' ("" when absent): the header is Python literal syntax written by numpy or
+/// xtensor, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }.
+std::string npy_field(const std::string& header, const std::string& key) {
+  const std::string quoted = "'" + key + "'";
+  const std::size_t k = header.find(quoted);
+  if (k == std::string::npos) return "";
+  std::size_t i = header.find(':', k + quoted.size());
+  if (i == std::string::npos) return "";
+  ++i;
+  while (i < header.size() && header[i] == ' ') ++i;
+  int depth = 0;
+  std::size_t j = i;
+  for (; j < header.size(); ++j) {
+    const char c = header[j];
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (depth == 0 && (c == ',' || c == '}')) break;
+    if (depth < 0) return "";
+  }
+  std::string v = header.substr(i, j - i);
+  while (!v.empty() && v.back() == ' ') v.pop_back();
+  return v;
+}
+
+/// An npy file's array, read without trusting anything in it: the magic, the
+/// version, the header length, the dtype (little-endian float32 or float64, as
+/// written), C order, and the shape, whose element count times the item size
+/// must equal the bytes that follow the header exactly (docs/checkpoints.md).
+template <class T>
+ArrayT<T> parse_npy(const std::string& b, const std::string& where) {
+  auto bad = [&](const std::string& why) { fail(where + ": not a valid npy array (" + why + ")"); };
+  if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) bad("no npy magic");
+  const unsigned major = static_cast<unsigned char>(b[6]);
+  std::size_t header_len = 0, offset = 0;
+  if (major == 1) {
+    header_len = std::size_t(static_cast<unsigned char>(b[8])) | std::size_t(static_cast<unsigned char>(b[9])) << 8;
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (b.size() < 12) bad("truncated header");
+    for (int k = 0; k < 4; ++k) header_len |= std::size_t(static_cast<unsigned char>(b[8 + k])) << (8 * k);
+    offset = 12;
+  } else {
+    bad("unknown version " + std::to_string(major));
+  }
+  if (header_len > b.size() - offset) bad("header of " + std::to_string(header_len) + " bytes in a file of " +
+                                          std::to_string(b.size()));
+  const std::string header = b.substr(offset, header_len);
+  offset += header_len;
+  const std::string want = sizeof(T) == 4 ? "'<f4'" : "'<f8'";
+  const std::string descr = npy_field(header, "descr");
+  if (descr != want) bad("dtype " + (descr.empty() ? std::string("missing") : descr) + ", expected " + want);
+  if (npy_field(header, "fortran_order") != "False") bad("not in C order");
+  const std::string shape_text = npy_field(header, "shape");
+  if (shape_text.size() < 2 || shape_text.front() != '(' || shape_text.back() != ')') bad("no shape");
+  Shape shape;
+  std::size_t count = 1;
+  std::string digits;
+  for (std::size_t i = 1; i + 1 <= shape_text.size(); ++i) {
+    const char c = i + 1 == shape_text.size() ? ',' : shape_text[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      if (digits.size() >= 12) bad("a dimension is too large");
+      digits.push_back(c);
+    } else if (c == ',') {
+      if (digits.empty()) {
+        if (i + 1 == shape_text.size()) break;  // the trailing comma of (n,)
+        bad("malformed shape " + shape_text);
+      }
+      const std::size_t n = std::stoull(digits);
+      digits.clear();
+      if (n != 0 && count > (std::size_t(1) << 40) / n) bad("shape " + shape_text + " is too large");
+      count *= n;
+      shape.push_back(n);
+      if (shape.size() > 16) bad("more than 16 dimensions");
+    } else if (c != ' ') {
+      bad("malformed shape " + shape_text);
+    }
+  }
+  if (count * sizeof(T) != b.size() - offset)
+    bad("shape " + shape_text + " needs " + std::to_string(count * sizeof(T)) + " bytes of data, the file holds " +
+        std::to_string(b.size() - offset));
+  ArrayT<T> a = ArrayT<T>::from_shape(shape);
+  if (count) std::memcpy(a.data(), b.data() + offset, count * sizeof(T));
+  return a;
 }
 
 /// Collects files of a checkpoint being written, with their hashes for the manifest.
@@ -122,7 +246,7 @@ class Writer {
 class Reader {
  public:
   explicit Reader(fs::path root) : root_(std::move(root)) {
-    std::string m = read_file(root_ / "manifest.json");
+    std::string m = read_file(root_ / "manifest.json", std::size_t(64) << 20);
     try {
       manifest_ = json::parse(m);
     } catch (const json::exception& e) {
@@ -138,17 +262,29 @@ class Reader {
   }
   std::string bytes(const std::string& rel) const {
     const json& files = manifest_["files"];
+    if (!safe_relative_path(rel))
+      fail(root_.string() + "/manifest.json names '" + rel.substr(0, 200) + "', which is not a path inside the checkpoint");
     if (!files.contains(rel)) fail(root_.string() + ": " + rel + " is not in the manifest");
     fs::path p = root_ / rel;
-    if (!fs::exists(p)) fail(p.string() + " is missing");
-    std::string b = read_file(p);
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(p, ec))) fail(p.string() + " is missing");
     const json& info = files[rel];
-    if (!info.contains("bytes") || !info["bytes"].is_number_unsigned() || b.size() != info["bytes"].get<std::size_t>())
-      fail(p.string() + " has " + std::to_string(b.size()) + " bytes; the manifest says " + info.value("bytes", json()).dump() +
+    if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned())
+      fail(root_.string() + "/manifest.json gives no size for " + rel);
+    const std::size_t expected = info["bytes"].get<std::size_t>();
+    std::string b = read_file(p, expected);  // never reads more than the manifest says
+    if (b.size() != expected)
+      fail(p.string() + " has " + std::to_string(b.size()) + " bytes; the manifest says " + std::to_string(expected) +
            " (truncated or modified)");
     if (hex_hash(b) != info.value("blake2b", ""))
       fail(p.string() + " does not match its hash in the manifest (corrupted or modified)");
     return b;
+  }
+  /// The step the manifest names.
+  long step() const {
+    const json& v = manifest_.value("step", json());
+    if (!v.is_number_integer()) fail(root_.string() + "/manifest.json names no step");
+    return v.get<long>();
   }
   json json_file(const std::string& rel) const {
     try {
@@ -159,14 +295,7 @@ class Reader {
   }
   template <class T>
   ArrayT<T> array(const std::string& rel, const Shape& expected, const std::string& what) const {
-    std::istringstream in(bytes(rel));
-    ArrayT<T> a;
-    try {
-      xt::xarray<T> x = xt::load_npy<T>(in);
-      a = x;
-    } catch (const std::exception& e) {
-      fail(root_.string() + "/" + rel + ": cannot read " + what + " (" + e.what() + ")");
-    }
+    const ArrayT<T> a = parse_npy<T>(bytes(rel), root_.string() + "/" + rel + " (" + what + ")");
     if (shape_of(a) != expected)
       fail(root_.string() + "/" + rel + ": " + what + " has shape " + shape_str(shape_of(a)) + ", the model needs " +
            shape_str(expected));
@@ -186,7 +315,7 @@ bool CheckpointDir::has_checkpoint() const { return fs::exists(dir_ / "latest");
 
 fs::path CheckpointDir::latest_dir() const {
   if (!has_checkpoint()) fail("no checkpoint in " + dir_.string() + " (no 'latest' file)");
-  std::string name = read_file(dir_ / "latest");
+  std::string name = read_file(dir_ / "latest", 256);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
     fail(dir_.string() + "/latest does not name a checkpoint ('" + name.substr(0, 80) + "')");
@@ -302,6 +431,11 @@ long CheckpointDir::load(TrainingStateT<T>& st) const {
   const std::string where = root.string() + "/state.json";
   try {
     // ---- read and check everything first
+    const long step = s.at("step").get<long>();
+    if (step < 0) fail(where + ": step " + std::to_string(step) + " is negative");
+    if (step != r.step() || step != latest_step())
+      fail(where + ": step " + std::to_string(step) + " does not match the manifest's " + std::to_string(r.step()) +
+           " and the folder's " + std::to_string(latest_step()));
     if (!s.contains("params") || !s["params"].is_array()) fail(where + " has no parameter list");
     const json& plist = s["params"];
     if (plist.size() != st.params.size())
@@ -376,12 +510,35 @@ long CheckpointDir::load(TrainingStateT<T>& st) const {
       st.optimizer->load_state(buffers, opt_steps);
       st.optimizer->set_lr(s["optimizer"].at("lr").get<double>());
     }
-    return s.at("step").get<long>();
+    return step;
   } catch (const json::exception& e) {
     fail(where + " is malformed (" + e.what() + ")");
   } catch (const std::invalid_argument& e) {
     fail(where + ": " + e.what());
   }
+}
+
+CheckpointLock::CheckpointLock(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create the checkpoint directory " + dir.string() + ": " + ec.message());
+  const fs::path lock = dir / ".lock";
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0) fail("cannot write in the checkpoint directory " + dir.string() + ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (e == EWOULDBLOCK) fail("another run is using the checkpoint directory " + dir.string() + " (it holds its lock)");
+    fail("cannot lock the checkpoint directory " + dir.string() + ": " + std::strerror(e));
+  }
+  // what a save killed half-way left behind: no run can be writing it now
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(".partial-", 0) == 0) fs::remove_all(e.path(), ec);
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
 template fs::path CheckpointDir::save(long, const TrainingStateT<float>&, const json&) const;

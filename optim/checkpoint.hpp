@@ -83,4 +83,19 @@ class CheckpointDir {
 
 using TrainingState = TrainingStateT<float>;
 
+/// Holds a checkpoint directory for one run: creates it (an unwritable place fails
+/// here, before any training), takes an exclusive lock on DIR/.lock (a second run
+/// on the same directory is refused with CheckpointError), and removes what a
+/// save that was killed half-way left behind. The lock lasts as long as the object.
+class CheckpointLock {
+ public:
+  explicit CheckpointLock(const std::filesystem::path& dir);
+  ~CheckpointLock();
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace dpgrad

@@ -208,10 +208,19 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     steps_ = CheckpointDir(*resume_from).load(state);
     require(steps_ >= 0 && steps_ <= total_steps_, "the checkpoint's step " + std::to_string(steps_) +
                                                        " is outside the run's " + std::to_string(total_steps_));
-    if (accountant_ && adds_noise())
+    if (accountant_ && adds_noise()) {
+      // the ledger cannot shrink or soften: it holds every step taken, each at this run's q, sigma and strategy
       require(accountant_->total_steps() == steps_,
               "the checkpoint's ledger holds " + std::to_string(accountant_->total_steps()) + " steps for step " +
                   std::to_string(steps_));
+      for (const privacy::Step& e : accountant_->ledger())
+        require(e.sampling_rate == sampler_->sampling_rate() &&
+                    e.noise_multiplier == dp_->accounted_noise_multiplier() && e.jl_dim == strategy_->jl_dim(),
+                "the checkpoint's ledger records steps at q " + num(e.sampling_rate) + ", sigma " +
+                    num(e.noise_multiplier) + ", JL dimension " + std::to_string(e.jl_dim) + "; this run takes them at q " +
+                    num(sampler_->sampling_rate()) + ", sigma " + num(dp_->accounted_noise_multiplier()) +
+                    ", JL dimension " + std::to_string(strategy_->jl_dim()));
+    }
     if (average_) average_->set_updates(resumed_run.value("ema_updates", 0L));
   }
 }

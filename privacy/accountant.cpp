@@ -115,6 +115,23 @@ nlohmann::json Accountant::to_json() const {
           {"ledger", ledger}};
 }
 
+long json_whole_number(const nlohmann::json& j, const char* key, long lo, long hi, std::optional<long> fallback) {
+  if (!j.contains(key)) {
+    if (fallback) return *fallback;
+    throw std::invalid_argument(std::string("accountant JSON: missing \"") + key + "\"");
+  }
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer())
+    throw std::invalid_argument(std::string("accountant JSON: \"") + key + "\" must be a whole number, got " +
+                                v.dump().substr(0, 80));
+  const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::uint64_t(hi) : v.get<std::int64_t>() >= lo &&
+                                                                                               v.get<std::int64_t>() <= hi;
+  if (!fits)
+    throw std::invalid_argument(std::string("accountant JSON: \"") + key + "\" must be in [" + std::to_string(lo) +
+                                ", " + std::to_string(hi) + "], got " + v.dump().substr(0, 80));
+  return static_cast<long>(v.get<std::int64_t>());
+}
+
 void replay_ledger(Accountant& a, const nlohmann::json& j) {
   if (!j.contains("ledger")) return;
   const auto& ledger = j.at("ledger");
@@ -122,7 +139,8 @@ void replay_ledger(Accountant& a, const nlohmann::json& j) {
   for (const auto& e : ledger) {
     if (!e.is_object()) throw std::invalid_argument("accountant JSON: ledger entries must be objects");
     a.step(e.at("sampling_rate").get<double>(), e.at("noise_multiplier").get<double>(),
-           e.value("count", 1L), e.value("jl_dim", 0));
+           json_whole_number(e, "count", 1, std::numeric_limits<long>::max(), 1),
+           static_cast<int>(json_whole_number(e, "jl_dim", 0, 1 << 20, 0)));
   }
 }
 

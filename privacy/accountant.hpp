@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,12 @@ std::string format_epsilon(double epsilon, int decimals = 4);
 
 /// Builds an accountant from to_json() output (settings and ledger).
 std::unique_ptr<Accountant> accountant_from_json(const nlohmann::json& j);
+
+/// j[key] as a whole number in [lo, hi]; throws std::invalid_argument naming the
+/// key otherwise (a double such as 1e98 is not silently converted). `fallback`
+/// when the key is absent (none: the key is required).
+long json_whole_number(const nlohmann::json& j, const char* key, long lo, long hi,
+                       std::optional<long> fallback = std::nullopt);
 
 /// Replays the "ledger" of to_json() output into `a` through step(), so every
 /// entry is validated again (used by each accountant's from_json).

@@ -273,19 +273,10 @@ std::unique_ptr<PldAccountant> PldAccountant::from_json(const nlohmann::json& j)
     }
   }
   auto acc = std::make_unique<PldAccountant>(o);
-  if (j.contains("ledger")) {
-    if (!j["ledger"].is_array())
-      throw std::invalid_argument("PldAccountant::from_json: \"ledger\" must be an array, got " + j["ledger"].dump());
-    for (const auto& e : j.at("ledger")) {
-      try {
-        acc->step(e.at("sampling_rate").get<double>(), e.at("noise_multiplier").get<double>(),
-                  e.contains("count") ? e["count"].get<long>() : 1L,
-                  e.contains("jl_dim") ? e["jl_dim"].get<int>() : 0);
-      } catch (const nlohmann::json::exception& ex) {
-        throw std::invalid_argument(std::string("PldAccountant::from_json: bad ledger entry ") +
-                                    e.dump() + ": " + ex.what());
-      }
-    }
+  try {
+    replay_ledger(*acc, j);  // the same checks as every accountant's ledger
+  } catch (const nlohmann::json::exception& ex) {
+    throw std::invalid_argument(std::string("PldAccountant::from_json: bad ledger: ") + ex.what());
   }
   return acc;
 }

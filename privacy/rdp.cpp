@@ -155,9 +155,11 @@ double rdp_subsampled_gaussian(double q, double sigma, double order) {
 RdpCurveAccountant::RdpCurveAccountant(std::vector<double> orders, bool integer_only)
     : orders_(std::move(orders)) {
   if (orders_.empty()) throw std::invalid_argument("rdp orders: the list is empty");
+  // an order costs work (and memory) in proportion to its size: the same bound for all
+  if (orders_.size() > 10000) throw std::invalid_argument("rdp orders: at most 10000, got " + std::to_string(orders_.size()));
   for (double a : orders_) {
-    if (!(a > 1.0) || !std::isfinite(a))
-      throw std::invalid_argument("rdp orders must be finite and > 1, got " + format_number(a));
+    if (!(a > 1.0) || !(a <= 1e6))
+      throw std::invalid_argument("rdp orders must be in (1, 1e6], got " + format_number(a));
     if (integer_only && (!is_integer(a) || a < 2.0 || a > 1e6))
       throw std::invalid_argument("this accountant needs integer rdp orders in [2, 1e6], got " + format_number(a));
   }

@@ -90,7 +90,9 @@ std::unique_ptr<Accountant> ShuffleAccountant::clone() const {
 std::unique_ptr<ShuffleAccountant> ShuffleAccountant::from_json(const nlohmann::json& j) {
   std::vector<double> orders;
   if (j.contains("orders")) orders = j.at("orders").get<std::vector<double>>();
-  auto a = std::make_unique<ShuffleAccountant>(j.at("dataset_size").get<long>(), j.at("batch_size").get<long>(),
+  constexpr long kMax = long(1) << 50;
+  auto a = std::make_unique<ShuffleAccountant>(json_whole_number(j, "dataset_size", 1, kMax),
+                                               json_whole_number(j, "batch_size", 1, kMax),
                                                j.at("epoch_fraction").get<double>(), std::move(orders));
   replay_ledger(*a, j);
   return a;

@@ -120,7 +120,9 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
                "released gradients: no privacy cost); a guide for --lr-scale");
   app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "write checkpoints here (at each epoch's end and every --checkpoint-every steps)");
+                 "write checkpoints here (at each epoch's end and every --checkpoint-every steps)")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a directory") : std::string(); },
+                             "DIR"));
   app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)")->check(kWholeNumber);
   app.add_flag("--resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)");
   app.add_option("--plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)");

@@ -88,6 +88,8 @@ void for_each_run_option(O& o, F&& f) {
   f("seed", o.seed);
   f("train-limit", o.train_limit);
   f("test-limit", o.test_limit);
+  f("checkpoint-every", o.checkpoint_every);
+  f("threads", o.threads);
 }
 
 template <class V>

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -37,6 +39,18 @@ void require_gnuplot() {
   if (run_gnuplot({"-e", "exit"}) != 0)
     throw std::invalid_argument(
         "--plot needs gnuplot, which was not found: install it with 'sudo apt-get install gnuplot-nox' (./dev deps does)");
+}
+
+void require_writable_file(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw std::invalid_argument(flag + " " + path + " is a folder, not a file name");
+  const std::string probe = path + ".write-test-" + std::to_string(getpid());
+  {
+    std::ofstream out(probe);
+    if (!out) throw std::invalid_argument(flag + " " + path + ": cannot write there (" + std::strerror(errno) + ")");
+  }
+  fs::remove(probe, ec);
 }
 
 void plot_history(const std::string& out, const nlohmann::json& history, bool with_epsilon, const std::string& title) {

@@ -144,7 +144,7 @@ TEST_CASE("idx: every malformed file is a DataError naming the file") {
 
   SUBCASE("missing file and folder") {
     check_error([&] { read_idx_images(dir / "nope"); }, {dir / "nope", "no such file"});
-    check_error([&] { read_idx_labels(dir.path.string()); }, {"is a directory"});
+    check_error([&] { read_idx_labels(dir.path.string()); }, {"is a folder, not an IDX file"});
   }
   SUBCASE("empty file and short header") {
     images_error({}, false, {"empty file"});

@@ -1,5 +1,7 @@
 // dpgrad-account and dpgrad-train run as a user runs them: bad input gives a
 // clear message and exit status 2; --json output parses and says what it must.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -374,4 +376,74 @@ TEST_CASE("dpgrad-train: each optimizer starts from its own learning rate unless
                           "--lr 0.02");
   REQUIRE(given.status == 0);
   CHECK(given.out.find("optimizer adam lr 0.02 ") != std::string::npos);
+}
+
+TEST_CASE("dpgrad-train: what a run needs is checked before any step; silent values and misleading messages are gone") {
+  const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd "
+                                   "--max-steps 2 --noise-multiplier 1";
+  struct Case {
+    std::string args;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {" --checkpoint-dir /proc/no-such/dir", {"cannot create the checkpoint directory"}},
+      {" --checkpoint-dir ''", {"--checkpoint-dir", "must name a directory"}},
+      {" --plot /no-such-dir/x.png", {"--plot", "cannot write there"}},
+      {" --train-limit 1 --batch-size 1", {"a classifier needs at least two"}},
+      {" --train-limit 1000", {}},  // fine: the control
+      {" --epoch-fraction 0.5", {"--epoch-fraction applies to --sampler shuffle only"}},
+      {" --allow-no-noise --target-epsilon 1", {"--allow-no-noise goes with --noise-multiplier 0"}},
+      {" --clip-norm 1e308", {"--clip-norm must be in (0, 1e6]"}},
+      {" --weight-decay inf", {"--weight-decay must be finite"}},
+      {" --batch-size -1", {"--batch-size", "must be a whole number >= 0, got '-1'"}},
+      {" --max-steps -5", {"--max-steps", "must be a whole number"}},
+      {" --seed -1", {"--seed", "must be a whole number"}},
+      {" --accountant foo", {"unknown accountant 'foo'"}},
+      {" --clip-strategy jl:1000000", {"at most jl:1000"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    Run r = run(base + c.args);
+    if (c.says.empty()) {
+      CHECK(r.status == 0);
+      continue;
+    }
+    CHECK(r.status == 2);
+    for (const auto& s : c.says) CHECK(r.out.find(s) != std::string::npos);
+    CHECK(r.out.find("epoch 1") == std::string::npos);  // nothing trained
+  }
+  // text models size their output layer from the data
+  Run text = run(train + " --dataset synthetic-text --model bigru --optimizer dp-adam --batch-size 32 --max-steps 2 "
+                         "--noise-multiplier 1 --json");
+  REQUIRE(text.status == 0);
+}
+
+TEST_CASE("dpgrad-train: two runs cannot share a checkpoint directory; --threads and --checkpoint-every are kept") {
+  dpgrad::test::TempDir dir("dpgrad-lock");
+  const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
+                                   "--epochs 1 --noise-multiplier 1 --reproducible-noise --checkpoint-dir " +
+                           (dir.path / "run").string();
+  Run first = run(base + " --threads 1 --checkpoint-every 3");
+  REQUIRE(first.status == 0);
+  // resuming with other settings contradicts the stored run
+  Run other = run(base + " --resume --threads 2");
+  CHECK(other.status == 2);
+  CHECK(other.out.find("--threads 2 contradicts") != std::string::npos);
+  // a run holding the directory's lock keeps a second one out
+  const std::filesystem::path lock = dir.path / "run" / ".lock";
+  const int fd = ::open(lock.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  Run second = run(base + " --resume");
+  CHECK(second.status == 2);
+  CHECK(second.out.find("another run is using the checkpoint directory") != std::string::npos);
+  ::close(fd);
+}
+
+TEST_CASE("dpgrad-account: a curve that would take hours is refused with an estimate") {
+  Run r = run(account + " --curve --epochs 100000 --accountant pld --dataset-size 60000 --batch-size 256 "
+                        "--noise-multiplier 1.1 --delta 1e-5");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("--curve would take about") != std::string::npos);
+  CHECK(r.out.find("minutes") != std::string::npos);
 }

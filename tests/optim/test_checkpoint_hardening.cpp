@@ -1,0 +1,241 @@
+// A checkpoint is read without trusting it: its ledger cannot shrink or soften,
+// its manifest names only files inside it, only regular files are read and never
+// more bytes than the manifest says, npy arrays are parsed defensively, and one
+// run at a time holds a checkpoint directory.
+#include <sodium.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "layers/models.hpp"
+#include "optim/checkpoint.hpp"
+#include "optim/private_trainer.hpp"
+#include "privacy/accountant.hpp"
+#include "support/check.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace dpgrad;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string blake2b_hex(const std::string& bytes) {
+  REQUIRE(sodium_init() >= 0);
+  unsigned char h[32];
+  crypto_generichash(h, sizeof(h), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr, 0);
+  std::string out;
+  for (unsigned char c : h) {
+    static const char* d = "0123456789abcdef";
+    out.push_back(d[c >> 4]);
+    out.push_back(d[c & 15]);
+  }
+  return out;
+}
+
+/// The latest checkpoint's folder in `dir`.
+fs::path latest(const fs::path& dir) {
+  std::string name = slurp(dir / "latest");
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return dir / name;
+}
+
+/// Rewrites `rel` in the latest checkpoint and regenerates the manifest's size and
+/// hash for it, as someone editing a checkpoint would.
+void tamper(const fs::path& dir, const std::string& rel, const std::string& bytes) {
+  const fs::path root = latest(dir);
+  std::ofstream(root / rel, std::ios::binary | std::ios::trunc) << bytes;
+  json m = json::parse(slurp(root / "manifest.json"));
+  m["files"][rel] = {{"bytes", bytes.size()}, {"blake2b", blake2b_hex(bytes)}};
+  std::ofstream(root / "manifest.json", std::ios::trunc) << m.dump(1);
+}
+
+/// Edits state.json of the latest checkpoint.
+template <class F>
+void edit_state(const fs::path& dir, F&& f) {
+  json s = json::parse(slurp(latest(dir) / "state.json"));
+  f(s);
+  tamper(dir, "state.json", s.dump(1));
+}
+
+struct Run {
+  BatchT<double> data;
+  PrivateTrainingConfigT<double> config;
+  Run() {
+    FastRng rng(5);
+    data.inputs = ArrayT<double>::from_shape({200, 6});
+    for (auto& v : data.inputs) v = rng.normal();
+    for (std::size_t i = 0; i < 200; ++i) {
+      data.labels.push_back(data.inputs(i, 0) > 0 ? 1 : 0);
+      data.ids.push_back(std::int64_t(i));
+    }
+    config.noise_multiplier = 1.0;
+    config.batch_size = 20;
+    config.epochs = 2;
+    config.reproducible_noise = true;
+  }
+  /// Trains `steps` steps and checkpoints into dir.
+  void write(const fs::path& dir, int steps) {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, data, config);
+    for (int i = 0; i < steps; ++i) t.step();
+    t.save(dir);
+  }
+  /// Resumes from dir.
+  void resume(const fs::path& dir) {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, data, config, dir);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint hardening: the ledger cannot shrink or soften on resume") {
+  Run run;
+  test::TempDir dir("dpgrad-ckpt");
+  run.write(dir.path, 5);
+  run.resume(dir.path);  // untouched: fine
+  const json original = json::parse(slurp(latest(dir.path) / "state.json"));
+  auto restore = [&] { tamper(dir.path, "state.json", original.dump(1)); };
+
+  edit_state(dir.path, [](json& s) { s["accountant"]["ledger"][0]["count"] = 1; });
+  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 1 steps for step 5"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["accountant"]["ledger"] = json::array(); });
+  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 0 steps for step 5"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["accountant"].erase("ledger"); });
+  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 0 steps"});
+  restore();
+  edit_state(dir.path, [](json& s) { s.erase("accountant"); });
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"has no accountant ledger"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["accountant"]["ledger"][0]["noise_multiplier"] = 5.0; });
+  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"sigma 5", "this run takes them at"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["accountant"]["ledger"][0]["sampling_rate"] = 0.01; });
+  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"q 0.01"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["accountant"]["ledger"][0]["count"] = 1e98; });
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"\"count\" must be a whole number"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["step"] = -100; });
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"step -100 is negative"});
+  restore();
+  run.resume(dir.path);
+}
+
+TEST_CASE("checkpoint hardening: manifest paths stay inside; only regular files; sizes checked before reading") {
+  Run run;
+  test::TempDir dir("dpgrad-ckpt");
+  run.write(dir.path, 2);
+  const fs::path root = latest(dir.path);
+  const json manifest = json::parse(slurp(root / "manifest.json"));
+  {
+    json m = manifest;
+    m["files"]["../../../../dev/zero"] = {{"bytes", 1 << 30}, {"blake2b", "00"}};
+    std::ofstream(root / "manifest.json", std::ios::trunc) << m.dump(1);
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"not a path inside the checkpoint"});
+    std::ofstream(root / "manifest.json", std::ios::trunc) << manifest.dump(1);
+  }
+  // a FIFO in place of a parameter file: refused at once, never blocks
+  std::string param;
+  for (const auto& [rel, info] : manifest["files"].items())
+    if (rel.rfind("params/", 0) == 0) param = rel;
+  REQUIRE(!param.empty());
+  const std::string saved = slurp(root / param);
+  fs::remove(root / param);
+  REQUIRE(::mkfifo((root / param).c_str(), 0600) == 0);
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {param, "not a regular file"});
+  fs::remove(root / param);
+  // a file longer than the manifest says is not read past that size
+  std::ofstream(root / param, std::ios::binary) << saved << std::string(1000, 'x');
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {param, "more than the"});
+  fs::remove(root / param);
+  std::ofstream(root / param, std::ios::binary) << saved;
+  run.resume(dir.path);
+}
+
+TEST_CASE("checkpoint hardening: npy arrays are parsed without trusting their headers") {
+  Run run;
+  test::TempDir dir("dpgrad-ckpt");
+  run.write(dir.path, 2);
+  const json manifest = json::parse(slurp(latest(dir.path) / "manifest.json"));
+  std::string param;
+  for (const auto& [rel, info] : manifest["files"].items())
+    if (rel.rfind("params/", 0) == 0) param = rel;
+  const std::string good = slurp(latest(dir.path) / param);
+  auto npy = [](int major, const std::string& header) {
+    std::string b = "\x93NUMPY";
+    b.push_back(char(major));
+    b.push_back(0);
+    const std::size_t n = header.size();
+    b.push_back(char(n & 255));
+    b.push_back(char((n >> 8) & 255));
+    if (major >= 2) {
+      b.push_back(char((n >> 16) & 255));
+      b.push_back(char((n >> 24) & 255));
+    }
+    return b + header;
+  };
+  struct Bad {
+    std::string bytes, why;
+  };
+  const std::vector<Bad> cases = {
+      {npy(1, "{'descr': '', 'fortran_order': False, 'shape': (), }"), "dtype"},            // an empty field
+      {npy(2, "{'descr': '<f8', 'fortran_order': False, 'shape': (16000000000, 16000000000), }"), "is too large"},
+      {npy(2, "{'descr': '<f8', 'fortran_order': False, 'shape': (264000000,), }"), "bytes of data"},
+      {good.substr(0, good.size() - 8), "bytes of data"},                                  // truncated, hash matching
+      {npy(1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2,), }") + std::string(16, '\0'), "C order"},
+      {npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, x), }") + std::string(16, '\0'), "shape"},
+      {npy(7, "{}"), "version"},
+      {"\x93NUMPY\x01", "magic"},
+      {std::string("\x93NUMPY\x02\x00\xff\xff\xff\x7f", 12), "header of"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.why);
+    tamper(dir.path, param, c.bytes);
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {param, c.why});
+  }
+  tamper(dir.path, param, good);
+  run.resume(dir.path);
+}
+
+TEST_CASE("checkpoint hardening: one run holds a checkpoint directory; partial saves are cleaned up") {
+  test::TempDir dir("dpgrad-ckpt");
+  fs::create_directories(dir.path / ".partial-step-00000003-12345" / "params");
+  {
+    CheckpointLock first(dir.path);
+    CHECK_FALSE(fs::exists(dir.path / ".partial-step-00000003-12345"));
+    test::check_error<CheckpointError>([&] { CheckpointLock second(dir.path); }, {"another run is using"});
+  }
+  CheckpointLock again(dir.path);  // released with the first
+  test::check_error<CheckpointError>([&] { CheckpointLock nowhere("/proc/no-such-dir/x"); }, {"cannot create"});
+}
+
+TEST_CASE("accountant JSON: out-of-range numbers and orders are refused, not converted") {
+  json shuffle = {{"accountant", "shuffle"}, {"dataset_size", 1e98}, {"batch_size", 10}, {"epoch_fraction", 0.5}};
+  test::check_error<std::invalid_argument>([&] { privacy::accountant_from_json(shuffle); },
+                                           {"\"dataset_size\" must be a whole number"});
+  shuffle["dataset_size"] = -5;
+  test::check_error<std::invalid_argument>([&] { privacy::accountant_from_json(shuffle); }, {"must be in [1,"});
+  json rdp = {{"accountant", "rdp"}, {"orders", {2.0, 2.9e83}}};
+  test::check_error<std::invalid_argument>([&] { privacy::accountant_from_json(rdp); }, {"rdp orders must be in (1, 1e6]"});
+}
