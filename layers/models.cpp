@@ -120,6 +120,14 @@ class BiLstmClassifierT final : public ModelT<T> {
 }  // namespace
 
 template <class T>
+std::unique_ptr<ModelT<T>> make_bilstm(Rng& rng, std::size_t vocab, std::size_t embed, std::size_t hidden,
+                                       std::size_t dense, std::size_t classes) {
+  if (classes < 2 || vocab < 2 || embed < 1 || hidden < 1 || dense < 1)
+    throw std::invalid_argument("make_bilstm: sizes must be >= 1 and classes >= 2");
+  return std::make_unique<BiLstmClassifierT<T>>(vocab, embed, hidden, dense, classes, rng);
+}
+
+template <class T>
 std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng, std::size_t classes) {
   if (classes < 2) throw std::invalid_argument("make_bilstm598k: classes must be >= 2, got " + std::to_string(classes));
   return std::make_unique<BiLstmClassifierT<T>>(8185, 64, 64, 64, classes, rng);
@@ -187,7 +195,8 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   template std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t>, Activation, Rng&);           \
   template std::unique_ptr<ModelT<T>> make_cnn26k(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_cnn17m(Activation, Rng&);                                  \
-  template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&, std::size_t);                                          \
+  template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&, std::size_t);                             \
+  template std::unique_ptr<ModelT<T>> make_bilstm(Rng&, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t); \
   template std::unique_ptr<ModelT<T>> make_bigru(Rng&, std::size_t, std::size_t, std::size_t, std::size_t);  \
   template std::unique_ptr<ModelT<T>> make_model(const std::string&, Rng&, Activation, std::vector<std::size_t>);
 DPGRAD_INSTANTIATE(float)

@@ -36,6 +36,12 @@ std::unique_ptr<ModelT<T>> make_cnn17m(Activation act, Rng& rng);
 template <class T>
 std::unique_ptr<ModelT<T>> make_bilstm598k(Rng& rng, std::size_t classes = 2);
 
+/// bilstm598k's architecture at any size: Embedding(vocab, embed, padding 0);
+/// bidirectional LSTM(hidden); Dense(dense) ReLU; Dense(classes).
+template <class T>
+std::unique_ptr<ModelT<T>> make_bilstm(Rng& rng, std::size_t vocab, std::size_t embed, std::size_t hidden,
+                                       std::size_t dense, std::size_t classes);
+
 /// Tokens (B, L) padded with 0 and their lengths: Embedding(vocab, embed, padding 0);
 /// bidirectional GRU(hidden); [forward final, backward final] (2 hidden); Dense(classes).
 /// The defaults are "bigru", bilstm598k's embedding and hidden sizes with a GRU

@@ -447,3 +447,20 @@ TEST_CASE("dpgrad-account: a curve that would take hours is refused with an esti
   CHECK(r.out.find("--curve would take about") != std::string::npos);
   CHECK(r.out.find("minutes") != std::string::npos);
 }
+
+TEST_CASE("dpgrad-audit: a bound, its confidence, the claim and the ratio, in text and JSON") {
+  const std::string audit = DPGRAD_AUDIT;
+  Run j = run(audit + " --model mlp --trials 2000 --noise-multiplier 2 --json");
+  REQUIRE(j.status == 0);
+  const auto r = last_json(j.out);
+  for (const char* key : {"epsilon_lower_bound", "confidence", "accountant_epsilon", "ratio", "fault"})
+    CHECK(r.contains(key));
+  CHECK(r["epsilon_lower_bound"].get<double>() <= r["accountant_epsilon"].get<double>());
+  Run t = run(audit + " --model lstm --trials 500 --noise-multiplier 2 --clip-norm 0.01 --fault no-noise");
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("DELIBERATELY BROKEN: no-noise") != std::string::npos);
+  CHECK(t.out.find("VIOLATION") != std::string::npos);
+  Run bad = run(audit + " --fault whatever");
+  CHECK(bad.status == 2);
+  CHECK(bad.out.find("unknown fault 'whatever'") != std::string::npos);
+}

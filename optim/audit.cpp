@@ -1,0 +1,284 @@
+// Privacy audit runs (optim/audit.hpp, docs/audit.md).
+#include "optim/audit.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <xtensor/xbuilder.hpp>
+
+#include "engine/random.hpp"
+#include "engine/tape.hpp"
+#include "layers/models.hpp"
+#include "optim/clipping.hpp"
+#include "optim/dp_optimizer.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/sampler.hpp"
+#include "privacy/accountant.hpp"
+#include "privacy/mechanisms.hpp"
+
+namespace dpgrad {
+
+std::string to_string(AuditFault f) {
+  switch (f) {
+    case AuditFault::none: return "none";
+    case AuditFault::no_noise: return "no-noise";
+    case AuditFault::known_seed_noise: return "known-seed-noise";
+    case AuditFault::batch_clipping: return "batch-clipping";
+    case AuditFault::wrong_sampling_rate: return "wrong-sampling-rate";
+    case AuditFault::under_reported_norm: return "under-reported-norm";
+  }
+  throw std::invalid_argument("unknown AuditFault");
+}
+
+AuditFault audit_fault_from_string(const std::string& name) {
+  for (AuditFault f : {AuditFault::none, AuditFault::no_noise, AuditFault::known_seed_noise, AuditFault::batch_clipping,
+                       AuditFault::wrong_sampling_rate, AuditFault::under_reported_norm})
+    if (to_string(f) == name) return f;
+  throw std::invalid_argument("unknown fault '" + name +
+                              "' (none, no-noise, known-seed-noise, batch-clipping, wrong-sampling-rate, "
+                              "under-reported-norm)");
+}
+
+namespace {
+
+using T = double;
+constexpr std::int64_t kCanaryId = 1 << 30;
+
+/// The rate and expected batch size the optimizer and accountant are told.
+class ClaimedSampler final : public Sampler {
+ public:
+  ClaimedSampler(double q, double expected) : q_(q), expected_(expected) {}
+  std::string name() const override { return "poisson"; }
+  long steps_per_epoch() const override { return 1; }
+  double sampling_rate() const override { return q_; }
+  double expected_batch_size() const override { return expected_; }
+  std::vector<std::string> accountants() const override { return {"rdp", "pld", "gdp"}; }
+
+ protected:
+  std::vector<std::size_t> draw(Rng&) override { return {}; }
+
+ private:
+  double q_, expected_;
+};
+
+/// Broken on purpose: one clip factor for the whole batch, from its mean
+/// gradient's norm, applied to the sum (so one example can move it by B C).
+class BatchClipping final : public ClipStrategyT<T> {
+ public:
+  std::string name() const override { return "batch-clipping (broken)"; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
+    ClipResult<T> r = none_->clipped_sum(model, batch, clip_norm, rng);
+    double n2 = 0;
+    for (const auto& g : r.sum) n2 += double(xt::sum(g * g)());
+    const double mean_norm = std::sqrt(n2) / double(std::max<std::size_t>(1, batch.examples()));
+    if (mean_norm > clip_norm)
+      for (auto& g : r.sum) g *= T(clip_norm / mean_norm);
+    return r;
+  }
+
+ private:
+  std::unique_ptr<ClipStrategyT<T>> none_ = make_clip_strategy<T>("none");
+};
+
+/// Broken on purpose: the canary's norm is reported at a tenth, so it is clipped to 10 C.
+class UnderReportedNorm final : public ClipStrategyT<T> {
+ public:
+  explicit UnderReportedNorm(std::unique_ptr<ClipStrategyT<T>> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name() + " (canary norm halved, broken)"; }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
+    std::vector<std::size_t> canary, rest;
+    for (std::size_t i = 0; i < batch.examples(); ++i) (batch.ids[i] == kCanaryId ? canary : rest).push_back(i);
+    ClipResult<T> r = inner_->clipped_sum(model, batch.select(rest), clip_norm, rng);
+    if (!canary.empty()) {
+      const ClipResult<T> c = inner_->clipped_sum(model, batch.select(canary), 10 * clip_norm, rng);
+      for (std::size_t j = 0; j < r.sum.size(); ++j) r.sum[j] += c.sum[j];
+      r.loss_sum += c.loss_sum;
+    }
+    return r;
+  }
+
+ private:
+  std::unique_ptr<ClipStrategyT<T>> inner_;
+};
+
+/// The model, the fixed examples and the canary.
+struct Setup {
+  std::unique_ptr<ModelT<T>> model;
+  BatchT<T> others, with_canary;
+};
+
+BatchT<T> feature_batch(std::size_t n, const Shape& example, Rng& rng, double scale) {
+  Shape s{n};
+  s.insert(s.end(), example.begin(), example.end());
+  BatchT<T> b;
+  b.inputs = ArrayT<T>::from_shape(s);
+  for (auto& v : b.inputs) v = T(scale * rng.normal());
+  for (std::size_t i = 0; i < n; ++i) {
+    b.labels.push_back(std::int32_t(i % 2));
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
+BatchT<T> token_batch(std::size_t n, std::size_t len, std::size_t vocab, Rng& rng) {
+  BatchT<T> b;
+  b.tokens = xt::zeros<std::int32_t>({n, len});
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t t = 0; t < len; ++t) b.tokens(i, t) = std::int32_t(1 + rng.below(vocab - 1));
+    b.lengths.push_back(std::int32_t(len));
+    b.labels.push_back(std::int32_t(i % 2));
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
+BatchT<T> join(const BatchT<T>& a, const BatchT<T>& b) {
+  BatchT<T> r = a;
+  if (a.inputs.dimension() > 0) r.inputs = xt::concatenate(xt::xtuple(a.inputs, b.inputs), 0);
+  if (a.tokens.dimension() > 0) r.tokens = xt::concatenate(xt::xtuple(a.tokens, b.tokens), 0);
+  r.lengths.insert(r.lengths.end(), b.lengths.begin(), b.lengths.end());
+  r.labels.insert(r.labels.end(), b.labels.begin(), b.labels.end());
+  r.ids.insert(r.ids.end(), b.ids.begin(), b.ids.end());
+  return r;
+}
+
+Setup make_setup(const AuditConfig& c) {
+  FastRng rng(c.seed);
+  Setup s;
+  BatchT<T> canary;
+  if (c.model == "logreg" || c.model == "mlp") {
+    s.model = c.model == "logreg" ? make_mlp<T>({10, 2}, Activation::tanh, rng)
+                                  : make_mlp<T>({10, 16, 2}, Activation::tanh, rng);
+    s.others = feature_batch(c.others, {10}, rng, 1.0);
+    canary = feature_batch(1, {10}, rng, 100.0);  // far out: its gradient is far above any sensible C
+  } else if (c.model == "cnn26k") {
+    s.model = make_cnn26k<T>(Activation::tanh, rng);
+    s.others = feature_batch(c.others, {1, 28, 28}, rng, 1.0);
+    canary = feature_batch(1, {1, 28, 28}, rng, 30.0);
+  } else if (c.model == "lstm") {
+    s.model = make_bilstm<T>(rng, 50, 8, 8, 8, 2);
+    s.others = token_batch(c.others, 6, 50, rng);
+    canary = token_batch(1, 6, 50, rng);
+  } else {
+    throw std::invalid_argument("unknown audit model '" + c.model + "' (logreg, mlp, cnn26k, lstm)");
+  }
+  canary.ids = {kCanaryId};
+  // labelled with the class the model finds least likely: its loss, and gradient, are large
+  {
+    NoRecordScope<T> none;
+    const ArrayT<T> logits = s.model->forward(canary).value();
+    std::size_t worst = 0;
+    for (std::size_t k = 1; k < logits.shape()[1]; ++k)
+      if (logits(0, k) < logits(0, worst)) worst = k;
+    canary.labels = {std::int32_t(worst)};
+  }
+  s.with_canary = join(s.others, canary);
+  return s;
+}
+
+}  // namespace
+
+AuditResult run_audit(const AuditConfig& c, const std::function<void(long, long)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!(c.noise_multiplier > 0 && std::isfinite(c.noise_multiplier)))
+    throw std::invalid_argument("audit: the noise multiplier must be > 0 (the claim being audited)");
+  if (!(c.clip_norm > 0 && std::isfinite(c.clip_norm))) throw std::invalid_argument("audit: clip norm must be > 0");
+  if (!(c.sampling_rate > 0 && c.sampling_rate <= 1)) throw std::invalid_argument("audit: q must be in (0, 1]");
+  if (c.steps < 1 || c.steps > 1000) throw std::invalid_argument("audit: steps must be in [1, 1000]");
+  if (c.trials < 8 || c.trials > 10000000) throw std::invalid_argument("audit: trials must be in [8, 10^7]");
+  if (c.others < 1 || c.others > 1000) throw std::invalid_argument("audit: others must be in [1, 1000]");
+
+  Setup s = make_setup(c);
+  ModelT<T>& model = *s.model;
+  auto params = model.parameters();
+  std::vector<ArrayT<T>> theta0;
+  for (const auto& p : params) theta0.push_back(p.value());
+
+  // the canary's gradient direction at theta0 (public: the auditor chose both)
+  std::vector<ArrayT<T>> u;
+  {
+    FastRng none(0);
+    BatchT<T> canary = s.with_canary.select({s.with_canary.examples() - 1});
+    ClipResult<T> g = make_clip_strategy<T>("naive")->clipped_sum(model, canary, 1e300, none);
+    double n2 = 0;
+    for (const auto& a : g.sum) n2 += double(xt::sum(a * a)());
+    if (!(n2 > 0)) throw std::logic_error("audit: the canary has no gradient");
+    if (std::sqrt(n2) < c.clip_norm)
+      throw std::invalid_argument("audit: the canary's gradient norm " + std::to_string(std::sqrt(n2)) +
+                                  " is below C: choose a smaller clip norm");
+    for (auto& a : g.sum) a /= T(std::sqrt(n2));
+    u = std::move(g.sum);
+  }
+
+  // the mechanism as run, and as claimed
+  const bool q_wrong = c.fault == AuditFault::wrong_sampling_rate;
+  const double q_actual = q_wrong ? 1.0 : c.sampling_rate;
+  const double expected = double(c.others) + c.sampling_rate;
+  ClaimedSampler sampler(c.sampling_rate, expected);
+  std::unique_ptr<ClipStrategyT<T>> strategy;
+  if (c.fault == AuditFault::batch_clipping) strategy = std::make_unique<BatchClipping>();
+  else if (c.fault == AuditFault::under_reported_norm)
+    strategy = std::make_unique<UnderReportedNorm>(make_clip_strategy<T>(c.strategy, expected));
+  else strategy = make_clip_strategy<T>(c.strategy, expected);
+  DPConfig dc;
+  dc.clip_norm = c.clip_norm;
+  dc.noise_multiplier = c.fault == AuditFault::no_noise ? 0.0 : c.noise_multiplier;
+  dc.allow_no_noise = c.fault == AuditFault::no_noise;
+
+  SecureRng secure_noise, secure_aux, secure_sampling;
+  SgdT<T> sgd(params, 1.0);
+  auto reset = [&] {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_value() = theta0[i];
+  };
+  // the released update's component along the canary's direction, after the trial's steps
+  auto score = [&]() {
+    double s = 0;
+    for (std::size_t i = 0; i < params.size(); ++i) s += double(xt::sum((theta0[i] - params[i].value()) * u[i])());
+    return s;
+  };
+  auto run_steps = [&](bool canary, Rng& noise) {
+    DPOptimizerT<T> opt(model, sgd, *strategy, dc, sampler, noise, secure_aux, nullptr);
+    for (long t = 0; t < c.steps; ++t) {
+      const bool in = canary && (q_actual >= 1 || secure_sampling.uniform() < q_actual);
+      opt.step(in ? s.with_canary : s.others);
+    }
+  };
+  std::vector<double> negatives, positives;
+  const long total = 2 * c.trials;
+  for (long trial = 0; trial < total; ++trial) {
+    const bool canary = trial % 2 == 1;
+    reset();
+    if (c.fault == AuditFault::known_seed_noise) {
+      // the attacker knows the seed: it reruns the step without the canary with the
+      // same noise and subtracts, leaving the canary's contribution bare
+      const std::uint64_t seed = std::uint64_t(trial) + 1;
+      ReproducibleRng noise(seed);
+      run_steps(canary, noise);
+      const double released = score();
+      reset();
+      ReproducibleRng replay(seed);
+      run_steps(false, replay);
+      (canary ? positives : negatives).push_back(released - score());
+    } else {
+      run_steps(canary, secure_noise);
+      (canary ? positives : negatives).push_back(score());
+    }
+    if (progress) progress(trial + 1, total);
+  }
+  reset();
+
+  AuditResult r;
+  r.parameters = model.parameter_count();
+  r.bound = privacy::audit_epsilon(negatives, positives, c.delta, c.confidence);
+  auto acc = privacy::make_accountant("pld");
+  const double sens = privacy::accounted_sensitivity(strategy->sensitivity(), acc->neighbouring());
+  acc->step(c.sampling_rate, c.noise_multiplier / sens, c.steps, strategy->jl_dim());
+  r.accountant_epsilon = privacy::grid_noise_epsilon(*acc, c.delta, double(r.parameters));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace dpgrad
