@@ -40,6 +40,12 @@ int main(int argc, char** argv) {
                  "a DELIBERATELY BROKEN mechanism, for testing the audit itself: none, no-noise, known-seed-noise, "
                  "batch-clipping, wrong-sampling-rate, under-reported-norm")
       ->capture_default_str();
+  app.add_option("--method", c.method,
+                 "distinguish (many trials with and without one canary) or one-run (one run, --canaries dirac "
+                 "canaries each in the data with probability 1/2)")
+      ->capture_default_str();
+  app.add_option("--canaries", c.canaries, "one-run: how many canaries (at most one per parameter)")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the model and data (the noise is from the secure generator)");
   app.add_flag("--json", json_out, "one JSON object on stdout");
   try {
@@ -63,7 +69,7 @@ int main(int argc, char** argv) {
       if (tty && done == total) fmt::print(stderr, "\n");
     });
     const double ratio = std::isfinite(r.accountant_epsilon) && r.accountant_epsilon > 0
-                             ? r.bound.epsilon / r.accountant_epsilon
+                             ? r.epsilon_lower_bound / r.accountant_epsilon
                              : NAN;
     if (json_out) {
       nlohmann::json j = {{"model", c.model},
@@ -75,8 +81,9 @@ int main(int argc, char** argv) {
                           {"trials", c.trials},
                           {"fault", to_string(c.fault)},
                           {"delta", c.delta},
-                          {"epsilon_lower_bound", r.bound.epsilon},
-                          {"confidence", r.bound.confidence},
+                          {"method", c.method},
+                          {"epsilon_lower_bound", r.epsilon_lower_bound},
+                          {"confidence", r.confidence},
                           {"accountant", "pld"},
                           {"accountant_epsilon", std::isfinite(r.accountant_epsilon) ? nlohmann::json(r.accountant_epsilon)
                                                                                      : nlohmann::json("inf")},
@@ -85,6 +92,9 @@ int main(int argc, char** argv) {
                           {"negatives", r.bound.negatives},
                           {"false_negatives", r.bound.false_negatives},
                           {"positives", r.bound.positives},
+                          {"canaries", c.method == "one-run" ? c.canaries : 1},
+                          {"guesses", r.one_run.guesses},
+                          {"correct_guesses", r.one_run.correct},
                           {"parameters", r.parameters},
                           {"seconds", r.seconds}};
       fmt::print("{}\n", j.dump());
@@ -94,11 +104,15 @@ int main(int argc, char** argv) {
                  c.trials,
                  c.fault == AuditFault::none ? ""
                                              : fmt::format(", DELIBERATELY BROKEN: {}", to_string(c.fault)));
-      fmt::print("  threshold test on the held-out half: {} false positives in {}, {} false negatives in {}\n",
-                 r.bound.false_positives, r.bound.negatives, r.bound.false_negatives, r.bound.positives);
+      if (c.method == "one-run")
+        fmt::print("  one run, {} dirac canaries: {} right of {} guesses\n", c.canaries, r.one_run.correct,
+                   r.one_run.guesses);
+      else
+        fmt::print("  threshold test on the held-out half: {} false positives in {}, {} false negatives in {}\n",
+                   r.bound.false_positives, r.bound.negatives, r.bound.false_negatives, r.bound.positives);
       fmt::print("epsilon lower bound {:.3f} (confidence {}, delta {:g}); the accountant claims {} (pld); ratio {:.2f}\n",
-                 r.bound.epsilon, r.bound.confidence, c.delta, privacy::format_epsilon(r.accountant_epsilon), ratio);
-      if (r.bound.epsilon > r.accountant_epsilon)
+                 r.epsilon_lower_bound, r.confidence, c.delta, privacy::format_epsilon(r.accountant_epsilon), ratio);
+      if (r.epsilon_lower_bound > r.accountant_epsilon)
         fmt::print("VIOLATION: the measured lower bound exceeds the claimed epsilon\n");
     }
     return 0;

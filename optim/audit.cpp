@@ -90,7 +90,7 @@ class UnderReportedNorm final : public ClipStrategyT<T> {
   std::string name() const override { return inner_->name() + " (canary norm halved, broken)"; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     std::vector<std::size_t> canary, rest;
-    for (std::size_t i = 0; i < batch.examples(); ++i) (batch.ids[i] == kCanaryId ? canary : rest).push_back(i);
+    for (std::size_t i = 0; i < batch.examples(); ++i) (batch.ids[i] >= kCanaryId ? canary : rest).push_back(i);
     ClipResult<T> r = inner_->clipped_sum(model, batch.select(rest), clip_norm, rng);
     if (!canary.empty()) {
       const ClipResult<T> c = inner_->clipped_sum(model, batch.select(canary), 10 * clip_norm, rng);
@@ -145,7 +145,9 @@ BatchT<T> join(const BatchT<T>& a, const BatchT<T>& b) {
   return r;
 }
 
-Setup make_setup(const AuditConfig& c) {
+/// The model, the fixed examples and `n` canaries (ids kCanaryId + i), each far
+/// out and labelled with the class the model finds least likely.
+Setup make_setup(const AuditConfig& c, std::size_t n = 1) {
   FastRng rng(c.seed);
   Setup s;
   BatchT<T> canary;
@@ -153,30 +155,181 @@ Setup make_setup(const AuditConfig& c) {
     s.model = c.model == "logreg" ? make_mlp<T>({10, 2}, Activation::tanh, rng)
                                   : make_mlp<T>({10, 16, 2}, Activation::tanh, rng);
     s.others = feature_batch(c.others, {10}, rng, 1.0);
-    canary = feature_batch(1, {10}, rng, 100.0);  // far out: its gradient is far above any sensible C
+    canary = feature_batch(n, {10}, rng, 100.0);  // far out: its gradient is far above any sensible C
   } else if (c.model == "cnn26k") {
     s.model = make_cnn26k<T>(Activation::tanh, rng);
     s.others = feature_batch(c.others, {1, 28, 28}, rng, 1.0);
-    canary = feature_batch(1, {1, 28, 28}, rng, 30.0);
+    canary = feature_batch(n, {1, 28, 28}, rng, 30.0);
   } else if (c.model == "lstm") {
     s.model = make_bilstm<T>(rng, 50, 8, 8, 8, 2);
     s.others = token_batch(c.others, 6, 50, rng);
-    canary = token_batch(1, 6, 50, rng);
+    canary = token_batch(n, 6, 50, rng);
   } else {
     throw std::invalid_argument("unknown audit model '" + c.model + "' (logreg, mlp, cnn26k, lstm)");
   }
-  canary.ids = {kCanaryId};
+  canary.ids.clear();
+  for (std::size_t i = 0; i < n; ++i) canary.ids.push_back(kCanaryId + std::int64_t(i));
   // labelled with the class the model finds least likely: its loss, and gradient, are large
   {
     NoRecordScope<T> none;
     const ArrayT<T> logits = s.model->forward(canary).value();
-    std::size_t worst = 0;
-    for (std::size_t k = 1; k < logits.shape()[1]; ++k)
-      if (logits(0, k) < logits(0, worst)) worst = k;
-    canary.labels = {std::int32_t(worst)};
+    for (std::size_t i = 0; i < n; ++i) {
+      std::size_t worst = 0;
+      for (std::size_t k = 1; k < logits.shape()[1]; ++k)
+        if (logits(i, k) < logits(i, worst)) worst = k;
+      canary.labels[i] = std::int32_t(worst);
+    }
   }
   s.with_canary = join(s.others, canary);
   return s;
+}
+
+/// The clipping strategy as run: the configured one, or a broken one.
+std::unique_ptr<ClipStrategyT<T>> audited_strategy(const AuditConfig& c, double expected) {
+  if (c.fault == AuditFault::batch_clipping) return std::make_unique<BatchClipping>();
+  if (c.fault == AuditFault::under_reported_norm)
+    return std::make_unique<UnderReportedNorm>(make_clip_strategy<T>(c.strategy, expected));
+  return make_clip_strategy<T>(c.strategy, expected);
+}
+
+DPConfig audited_config(const AuditConfig& c) {
+  DPConfig dc;
+  dc.clip_norm = c.clip_norm;
+  dc.noise_multiplier = c.fault == AuditFault::no_noise ? 0.0 : c.noise_multiplier;
+  dc.allow_no_noise = c.fault == AuditFault::no_noise;
+  return dc;
+}
+
+/// The unit gradient direction of each canary at the current parameters, and checks its norm reaches C.
+std::vector<std::vector<ArrayT<T>>> canary_directions(ModelT<T>& model, const BatchT<T>& canaries, double clip_norm) {
+  std::vector<std::vector<ArrayT<T>>> out;
+  FastRng none(0);
+  auto naive = make_clip_strategy<T>("naive");
+  for (std::size_t i = 0; i < canaries.examples(); ++i) {
+    ClipResult<T> g = naive->clipped_sum(model, canaries.select({i}), 1e300, none);
+    double n2 = 0;
+    for (const auto& a : g.sum) n2 += double(xt::sum(a * a)());
+    if (!(n2 > 0)) throw std::logic_error("audit: a canary has no gradient");
+    if (std::sqrt(n2) < clip_norm)
+      throw std::invalid_argument("audit: a canary's gradient norm " + std::to_string(std::sqrt(n2)) +
+                                  " is below C: choose a smaller clip norm");
+    for (auto& a : g.sum) a /= T(std::sqrt(n2));
+    out.push_back(std::move(g.sum));
+  }
+  return out;
+}
+
+double claimed_epsilon(const AuditConfig& c, const ClipStrategyT<T>& strategy, std::size_t parameters) {
+  auto acc = privacy::make_accountant("pld");
+  const double sens = privacy::accounted_sensitivity(strategy.sensitivity(), acc->neighbouring());
+  acc->step(c.sampling_rate, c.noise_multiplier / sens, c.steps, strategy.jl_dim());
+  return privacy::grid_noise_epsilon(*acc, c.delta, double(parameters));
+}
+
+/// Dirac canaries: canary i is a crafted per-sample gradient with all its mass on
+/// one coordinate of the parameters, of norm C once clipped. The real strategy
+/// clips the batch's examples; the canaries present in this step add C e_k each
+/// (10 C when their norm is under-reported; under batch clipping they join the
+/// batch's sum before its one clip factor).
+class WithDiracCanaries final : public ClipStrategyT<T> {
+ public:
+  WithDiracCanaries(std::unique_ptr<ClipStrategyT<T>> inner, AuditFault fault, std::vector<std::pair<std::size_t, std::size_t>> where)
+      : inner_(std::move(inner)), fault_(fault), where_(std::move(where)) {}
+  std::vector<std::size_t> present;  // the canaries in this step's batch
+  std::string name() const override { return inner_->name() + " + dirac canaries"; }
+  double sensitivity() const override { return inner_->sensitivity(); }
+  double normaliser(double expected) const override { return inner_->normaliser(expected); }
+  int jl_dim() const override { return inner_->jl_dim(); }
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
+    ClipResult<T> r = inner_->clipped_sum(model, batch, clip_norm, rng);
+    const double size = fault_ == AuditFault::under_reported_norm ? 10 * clip_norm : clip_norm;
+    for (std::size_t i : present) r.sum[where_[i].first].data()[where_[i].second] += T(size);
+    if (fault_ == AuditFault::batch_clipping) {  // one factor from the mean over examples and canaries
+      double n2 = 0;
+      for (const auto& g : r.sum) n2 += double(xt::sum(g * g)());
+      const double mean_norm = std::sqrt(n2) / double(std::max<std::size_t>(1, batch.examples() + present.size()));
+      if (mean_norm > clip_norm)
+        for (auto& g : r.sum) g *= T(clip_norm / mean_norm);
+    }
+    return r;
+  }
+
+ private:
+  std::unique_ptr<ClipStrategyT<T>> inner_;
+  AuditFault fault_;
+  std::vector<std::pair<std::size_t, std::size_t>> where_;  // (parameter, flat index) of each canary
+};
+
+/// Many canaries in one run (Steinke, Nasr, Jagielski 2023; docs/audit.md).
+AuditResult run_one_run(const AuditConfig& c, const std::function<void(long, long)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Setup s = make_setup(c);
+  ModelT<T>& model = *s.model;
+  auto params = model.parameters();
+  const std::size_t total = model.parameter_count();
+  if (c.canaries < 20 || std::size_t(c.canaries) > total)
+    throw std::invalid_argument("audit: one-run needs between 20 canaries and one per parameter (" +
+                                std::to_string(total) + ")");
+  const std::size_t m = std::size_t(c.canaries);
+  std::vector<ArrayT<T>> theta0;
+  for (const auto& p : params) theta0.push_back(p.value());
+  // canary i on coordinate i * total / m of the parameters, in order
+  std::vector<std::pair<std::size_t, std::size_t>> where;
+  for (std::size_t i = 0; i < m; ++i) {
+    std::size_t flat = i * total / m, j = 0;
+    while (flat >= params[j].value().size()) flat -= params[j++].value().size();
+    where.emplace_back(j, flat);
+  }
+  SecureRng coins, secure_noise, secure_aux, secure_sampling;
+  std::vector<bool> included(m);
+  for (std::size_t i = 0; i < m; ++i) included[i] = coins.next_u64() & 1;
+  const double expected = double(c.others) + 0.5 * double(m) * c.sampling_rate;
+  ClaimedSampler sampler(c.sampling_rate, expected);
+  const AuditFault inner_fault = c.fault == AuditFault::batch_clipping ? AuditFault::none : c.fault;
+  AuditConfig inner_config = c;
+  inner_config.fault = inner_fault;
+  auto canaries = std::make_unique<WithDiracCanaries>(
+      c.fault == AuditFault::batch_clipping ? make_clip_strategy<T>("none") : audited_strategy(inner_config, expected),
+      c.fault, where);
+  WithDiracCanaries& strategy = *canaries;
+  const DPConfig dc = audited_config(c);
+  SgdT<T> sgd(params, 1.0);
+  const double q_actual = c.fault == AuditFault::wrong_sampling_rate ? 1.0 : c.sampling_rate;
+  auto run = [&](bool with_canaries, Rng& noise) {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_value() = theta0[i];
+    DPOptimizerT<T> opt(model, sgd, strategy, dc, sampler, noise, secure_aux, nullptr);
+    for (long t = 0; t < c.steps; ++t) {
+      strategy.present.clear();
+      if (with_canaries)
+        for (std::size_t i = 0; i < m; ++i)
+          if (included[i] && (q_actual >= 1 || secure_sampling.uniform() < q_actual)) strategy.present.push_back(i);
+      opt.step(s.others);
+      if (progress) progress(t + 1, c.steps);
+    }
+    std::vector<ArrayT<T>> delta;
+    for (std::size_t i = 0; i < params.size(); ++i) delta.push_back(theta0[i] - params[i].value());
+    return delta;
+  };
+  std::vector<ArrayT<T>> update;
+  if (c.fault == AuditFault::known_seed_noise) {
+    ReproducibleRng noise(7), replay(7);
+    update = run(true, noise);
+    const auto baseline = run(false, replay);  // the attacker subtracts the recomputed noise
+    for (std::size_t j = 0; j < update.size(); ++j) update[j] -= baseline[j];
+  } else {
+    update = run(true, secure_noise);
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_value() = theta0[i];
+  std::vector<double> scores(m);
+  for (std::size_t i = 0; i < m; ++i) scores[i] = double(update[where[i].first].data()[where[i].second]);
+  AuditResult r;
+  r.parameters = total;
+  r.one_run = privacy::one_run_epsilon(scores, included, c.delta, c.confidence);
+  r.epsilon_lower_bound = r.one_run.epsilon;
+  r.confidence = r.one_run.confidence;
+  r.accountant_epsilon = claimed_epsilon(c, strategy, r.parameters);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 }  // namespace
@@ -190,6 +343,9 @@ AuditResult run_audit(const AuditConfig& c, const std::function<void(long, long)
   if (c.steps < 1 || c.steps > 1000) throw std::invalid_argument("audit: steps must be in [1, 1000]");
   if (c.trials < 8 || c.trials > 10000000) throw std::invalid_argument("audit: trials must be in [8, 10^7]");
   if (c.others < 1 || c.others > 1000) throw std::invalid_argument("audit: others must be in [1, 1000]");
+  if (c.method == "one-run") return run_one_run(c, progress);
+  if (c.method != "distinguish")
+    throw std::invalid_argument("audit: unknown method '" + c.method + "' (distinguish, one-run)");
 
   Setup s = make_setup(c);
   ModelT<T>& model = *s.model;
@@ -198,35 +354,16 @@ AuditResult run_audit(const AuditConfig& c, const std::function<void(long, long)
   for (const auto& p : params) theta0.push_back(p.value());
 
   // the canary's gradient direction at theta0 (public: the auditor chose both)
-  std::vector<ArrayT<T>> u;
-  {
-    FastRng none(0);
-    BatchT<T> canary = s.with_canary.select({s.with_canary.examples() - 1});
-    ClipResult<T> g = make_clip_strategy<T>("naive")->clipped_sum(model, canary, 1e300, none);
-    double n2 = 0;
-    for (const auto& a : g.sum) n2 += double(xt::sum(a * a)());
-    if (!(n2 > 0)) throw std::logic_error("audit: the canary has no gradient");
-    if (std::sqrt(n2) < c.clip_norm)
-      throw std::invalid_argument("audit: the canary's gradient norm " + std::to_string(std::sqrt(n2)) +
-                                  " is below C: choose a smaller clip norm");
-    for (auto& a : g.sum) a /= T(std::sqrt(n2));
-    u = std::move(g.sum);
-  }
+  const std::vector<ArrayT<T>> u =
+      canary_directions(model, s.with_canary.select({s.with_canary.examples() - 1}), c.clip_norm).front();
 
   // the mechanism as run, and as claimed
   const bool q_wrong = c.fault == AuditFault::wrong_sampling_rate;
   const double q_actual = q_wrong ? 1.0 : c.sampling_rate;
   const double expected = double(c.others) + c.sampling_rate;
   ClaimedSampler sampler(c.sampling_rate, expected);
-  std::unique_ptr<ClipStrategyT<T>> strategy;
-  if (c.fault == AuditFault::batch_clipping) strategy = std::make_unique<BatchClipping>();
-  else if (c.fault == AuditFault::under_reported_norm)
-    strategy = std::make_unique<UnderReportedNorm>(make_clip_strategy<T>(c.strategy, expected));
-  else strategy = make_clip_strategy<T>(c.strategy, expected);
-  DPConfig dc;
-  dc.clip_norm = c.clip_norm;
-  dc.noise_multiplier = c.fault == AuditFault::no_noise ? 0.0 : c.noise_multiplier;
-  dc.allow_no_noise = c.fault == AuditFault::no_noise;
+  auto strategy = audited_strategy(c, expected);
+  const DPConfig dc = audited_config(c);
 
   SecureRng secure_noise, secure_aux, secure_sampling;
   SgdT<T> sgd(params, 1.0);
@@ -273,10 +410,9 @@ AuditResult run_audit(const AuditConfig& c, const std::function<void(long, long)
   AuditResult r;
   r.parameters = model.parameter_count();
   r.bound = privacy::audit_epsilon(negatives, positives, c.delta, c.confidence);
-  auto acc = privacy::make_accountant("pld");
-  const double sens = privacy::accounted_sensitivity(strategy->sensitivity(), acc->neighbouring());
-  acc->step(c.sampling_rate, c.noise_multiplier / sens, c.steps, strategy->jl_dim());
-  r.accountant_epsilon = privacy::grid_noise_epsilon(*acc, c.delta, double(r.parameters));
+  r.epsilon_lower_bound = r.bound.epsilon;
+  r.confidence = r.bound.confidence;
+  r.accountant_epsilon = claimed_epsilon(c, *strategy, r.parameters);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -41,10 +41,18 @@ struct AuditConfig {
   double confidence = 0.95;
   AuditFault fault = AuditFault::none;
   std::uint64_t seed = 1;            // initialisation and data (public); the noise is secure
+  /// "distinguish": many trials with and without one canary (the threshold test);
+  /// "one-run": one run with `canaries` canaries, each in the data with
+  /// probability 1/2 (Steinke, Nasr, Jagielski 2023). `trials` is unused then.
+  std::string method = "distinguish";
+  long canaries = 1000;
 };
 
 struct AuditResult {
-  privacy::AuditBound bound;         // the lower bound and its test
+  double epsilon_lower_bound = 0;    // from whichever method ran
+  double confidence = 0;
+  privacy::AuditBound bound;         // "distinguish": the threshold test
+  privacy::OneRunBound one_run;      // "one-run": the guesses
   double accountant_epsilon = 0;     // what the run claims (pld, with the grid's slack)
   std::size_t parameters = 0;
   double seconds = 0;

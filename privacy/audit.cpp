@@ -136,4 +136,60 @@ AuditBound audit_epsilon(const std::vector<double>& negatives, const std::vector
   return b;
 }
 
+double one_run_p_value(long m, long guesses, long correct, double epsilon, double delta) {
+  if (!(0 <= correct && correct <= guesses && guesses <= m))
+    throw std::invalid_argument("one_run_p_value: need 0 <= correct <= guesses <= m");
+  if (!(epsilon >= 0) || !(delta >= 0 && delta <= 1)) throw std::invalid_argument("one_run_p_value: bad epsilon or delta");
+  if (guesses == 0) return 1.0;
+  const double q = 1 / (1 + std::exp(-epsilon));
+  // P[Bin(r, q) >= v] = 1 - P[Bin <= v - 1]; the pmf terms below v, summed from v - 1 down
+  auto log_pmf = [&](long j) {
+    return std::lgamma(double(guesses) + 1) - std::lgamma(double(j) + 1) - std::lgamma(double(guesses - j) + 1) +
+           double(j) * std::log(q) + double(guesses - j) * std::log1p(-q);
+  };
+  const double tail = correct == 0 ? 1.0 : 1 - binomial_cdf(correct - 1, guesses, q);
+  double worst = 0, below = 0;
+  for (long i = 1; i <= correct; ++i) {
+    below += std::exp(log_pmf(correct - i));
+    worst = std::max(worst, below / double(i));
+  }
+  return std::min(1.0, tail + 2 * double(m) * delta * worst);
+}
+
+OneRunBound one_run_epsilon(const std::vector<double>& scores, const std::vector<bool>& included, double delta,
+                            double confidence) {
+  const long m = long(scores.size());
+  if (m < 20 || included.size() != scores.size())
+    throw std::invalid_argument("one_run_epsilon: need at least 20 canaries, each with its inclusion");
+  if (!(confidence > 0 && confidence < 1)) throw std::invalid_argument("one_run_epsilon: confidence must be in (0, 1)");
+  std::vector<long> order(static_cast<std::size_t>(m));
+  for (long i = 0; i < m; ++i) order[std::size_t(i)] = i;
+  std::sort(order.begin(), order.end(), [&](long a, long b) { return scores[std::size_t(a)] > scores[std::size_t(b)]; });
+  const long ks[] = {std::max(1L, m / 100), std::max(1L, m / 20), std::max(1L, m / 10), std::max(1L, m / 4)};
+  const double level = (1 - confidence) / 4;  // union bound over the four choices of k
+  OneRunBound best;
+  best.confidence = confidence;
+  best.canaries = m;
+  for (long k : ks) {
+    long correct = 0;
+    for (long i = 0; i < k; ++i) correct += included[std::size_t(order[std::size_t(i)])];
+    for (long i = m - k; i < m; ++i) correct += !included[std::size_t(order[std::size_t(i)])];
+    const long guesses = 2 * k;
+    // the largest epsilon at which this many right guesses is still too unlikely
+    if (one_run_p_value(m, guesses, correct, 0.0, delta) >= level) continue;
+    double lo = 0, hi = 1;
+    while (hi < 100 && one_run_p_value(m, guesses, correct, hi, delta) < level) hi *= 2;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (one_run_p_value(m, guesses, correct, mid, delta) < level ? lo : hi) = mid;
+    }
+    if (lo > best.epsilon) {
+      best.epsilon = lo;
+      best.guesses = guesses;
+      best.correct = correct;
+    }
+  }
+  return best;
+}
+
 }  // namespace dpgrad::privacy

@@ -34,4 +34,26 @@ struct AuditBound {
 AuditBound audit_epsilon(const std::vector<double>& negatives, const std::vector<double>& positives, double delta,
                          double confidence);
 
+/// The p-value of `correct` right guesses out of `guesses` about m canaries,
+/// each in the training data independently with probability 1/2, if the
+/// training is (epsilon, delta)-DP (Steinke, Nasr, Jagielski 2023): with
+/// q = e^epsilon / (1 + e^epsilon),
+///   P[Bin(guesses, q) >= correct]
+///     + 2 m delta max_{i = 1..correct} P[correct - i <= Bin(guesses, q) < correct] / i.
+double one_run_p_value(long m, long guesses, long correct, double epsilon, double delta);
+
+struct OneRunBound {
+  double epsilon = 0;     // the lower bound
+  double confidence = 0;
+  long canaries = 0, guesses = 0, correct = 0;
+};
+
+/// The one-run audit: `scores` of m canaries and whether each was `included`
+/// (drawn independently with probability 1/2). The auditor guesses "in" for the
+/// k highest scores and "out" for the k lowest, for k in {m/100, m/20, m/10,
+/// m/4} fixed in advance (a union bound over the four), and the bound is the
+/// largest epsilon whose p-value stays below 1 - confidence.
+OneRunBound one_run_epsilon(const std::vector<double>& scores, const std::vector<bool>& included, double delta,
+                            double confidence);
+
 }  // namespace dpgrad::privacy

@@ -460,6 +460,10 @@ TEST_CASE("dpgrad-audit: a bound, its confidence, the claim and the ratio, in te
   REQUIRE(t.status == 0);
   CHECK(t.out.find("DELIBERATELY BROKEN: no-noise") != std::string::npos);
   CHECK(t.out.find("VIOLATION") != std::string::npos);
+  Run one = run(audit + " --model cnn26k --method one-run --canaries 2000 --noise-multiplier 1 --json");
+  REQUIRE(one.status == 0);
+  CHECK(last_json(one.out)["method"] == "one-run");
+  CHECK(last_json(one.out)["epsilon_lower_bound"].get<double>() <= last_json(one.out)["accountant_epsilon"].get<double>());
   Run bad = run(audit + " --fault whatever");
   CHECK(bad.status == 2);
   CHECK(bad.out.find("unknown fault 'whatever'") != std::string::npos);

@@ -55,3 +55,27 @@ TEST_CASE("audit: broken mechanisms give bounds far above what the accountant cl
   CHECK(audit_fault_from_string("no-noise") == AuditFault::no_noise);
   CHECK_THROWS_AS(audit_fault_from_string("nope"), std::invalid_argument);
 }
+
+TEST_CASE("audit: one run with dirac canaries stays below the accountant, and catches broken mechanisms") {
+  AuditConfig c;
+  c.model = "cnn26k";
+  c.method = "one-run";
+  c.canaries = 5000;
+  c.noise_multiplier = 1.0;
+  const AuditResult honest = run_audit(c);
+  CAPTURE(honest.epsilon_lower_bound);
+  CHECK(honest.epsilon_lower_bound > 0.5);
+  CHECK(honest.epsilon_lower_bound <= honest.accountant_epsilon);
+  for (AuditFault f : {AuditFault::no_noise, AuditFault::known_seed_noise, AuditFault::wrong_sampling_rate,
+                       AuditFault::under_reported_norm}) {
+    CAPTURE(to_string(f));
+    c.fault = f;
+    c.sampling_rate = f == AuditFault::wrong_sampling_rate ? 0.01 : 1.0;
+    const AuditResult r = run_audit(c);
+    CAPTURE(r.epsilon_lower_bound);
+    CAPTURE(r.accountant_epsilon);
+    CHECK(r.epsilon_lower_bound > r.accountant_epsilon);
+  }
+  c.canaries = 30000;  // more than the parameters
+  CHECK_THROWS_AS(run_audit(c), std::invalid_argument);
+}

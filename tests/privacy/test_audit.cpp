@@ -57,3 +57,29 @@ TEST_CASE("audit: the bound from a threshold test") {
   CHECK(audit_epsilon(neg, pos, 1e-5, 0.999).epsilon < b.epsilon);
   dpgrad::test::check_error<std::invalid_argument>([&] { audit_epsilon({1, 2}, pos, 1e-5, 0.95); }, {"at least 4"});
 }
+
+TEST_CASE("audit: one-run p-values and bounds") {
+  using dpgrad::privacy::one_run_epsilon;
+  using dpgrad::privacy::one_run_p_value;
+  // epsilon 0, delta 0: guesses are fair coins; 10 right of 10 has p-value 2^-10
+  CHECK(one_run_p_value(100, 10, 10, 0.0, 0.0) == doctest::Approx(std::pow(0.5, 10)).epsilon(1e-9));
+  // all right under epsilon: q^r, q = e^eps / (1 + e^eps)
+  const double q = 1 / (1 + std::exp(-1.0));
+  CHECK(one_run_p_value(100, 10, 10, 1.0, 0.0) == doctest::Approx(std::pow(q, 10)).epsilon(1e-9));
+  // delta only adds; more epsilon, larger p-value
+  CHECK(one_run_p_value(100, 10, 8, 1.0, 1e-3) > one_run_p_value(100, 10, 8, 1.0, 0.0));
+  CHECK(one_run_p_value(100, 10, 8, 2.0, 0.0) > one_run_p_value(100, 10, 8, 1.0, 0.0));
+  // perfectly separated scores: the bound grows with the number of canaries, and random ones show nothing
+  auto bound = [](std::size_t m, bool separated) {
+    std::vector<double> scores(m);
+    std::vector<bool> in(m);
+    for (std::size_t i = 0; i < m; ++i) {
+      in[i] = (i * 7919) % 2 == 1;
+      scores[i] = separated ? (in[i] ? 1.0 : -1.0) + 1e-6 * double(i) : std::sin(double(i) * 12.9898);
+    }
+    return one_run_epsilon(scores, in, 1e-5, 0.95).epsilon;
+  };
+  CHECK(bound(1000, true) > 3);
+  CHECK(bound(10000, true) > bound(1000, true));
+  CHECK(bound(1000, false) < 0.5);
+}
