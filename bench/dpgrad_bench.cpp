@@ -37,7 +37,6 @@
 #include <sstream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -46,7 +45,7 @@
 #include "engine/runtime.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
-#include "programs/cli.hpp"
+#include "bench/options.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"
@@ -63,29 +62,6 @@ constexpr std::size_t kVocabulary = 8185;
 constexpr double kNotionalDatasetSize = 60000;  // only for q = B / N; no accountant runs
 constexpr int kExitOutOfMemory = 3;
 constexpr int kExitError = 4;
-
-struct Options {
-  std::vector<std::string> models{"cnn26k"};
-  std::vector<std::size_t> batches{256};
-  std::vector<std::string> methods{"none", "ghost", "vanilla", "jl:1", "jl:5", "microbatch:16", "naive"};
-  std::string optimizer = "sgd";
-  // naive: three pairs, so that its ratio is a median too (with one, a slow
-  // first non-private step after naive's allocations made it 1.5x or 4.5x)
-  long steps = 10, warmup = 1, naive_steps = 3;
-  int threads = 0;
-  std::uint64_t seed = 1;
-  bool json_out = false;
-  bool gemm_detail = false;
-  std::string markdown, suite;
-  bool max_batch = false;
-  double memory_limit_gb = 8;
-  std::string limit = "rss";
-  double max_batch_seconds = 600, probe_timeout = 300;
-  std::size_t max_batch_start = 16, batch_cap = std::size_t(1) << 20;
-  // hidden: what a child process runs
-  std::string child, child_method;
-  double child_as_limit = 0;  // bytes of address space the child allows itself after warming OpenBLAS
-};
 
 void require(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
@@ -725,28 +701,6 @@ void write_markdown(const std::string& path, const std::string& command, const s
 
 // ---------------------------------------------------------------- suites
 
-void check(const Options& o) {
-  for (const auto& m : o.models) {
-    bool known = m == "cnn26k" || m == "bilstm598k" || m == "cnn17m" || m == "mlp";
-    require(known, "unknown --model '" + m + "' (cnn26k, bilstm598k, cnn17m, mlp)");
-  }
-  for (const auto& m : o.methods) make_clip_strategy<float>(m, 256);  // throws on an unknown spec
-  for (auto b : o.batches) require(b >= 1, "--batch must be >= 1");
-  require(o.optimizer == "sgd" || o.optimizer == "adam", "--optimizer must be sgd or adam");
-  require(o.steps >= 1, "--steps must be >= 1");
-  require(o.warmup >= 1, "--warmup must be >= 1 (the first step measures memory)");
-  require(o.naive_steps >= 1, "--naive-steps must be >= 1");
-  require(o.memory_limit_gb > 0 && o.memory_limit_gb <= 4096,
-          "--memory-limit-gb must be in (0, 4096] (the search needs a finite limit)");
-  require(o.max_batch_start >= 1 && o.max_batch_start <= o.batch_cap,
-          "--max-batch-start must be in [1, --batch-cap]: the search doubles from it");
-  require(o.batch_cap >= 1, "--batch-cap must be >= 1");
-  require(o.limit == "as" || o.limit == "rss", "--limit must be as or rss");
-  require(o.max_batch_seconds > 0 && std::isfinite(o.max_batch_seconds) && o.probe_timeout > 0 &&
-              std::isfinite(o.probe_timeout),
-          "time caps must be finite and > 0");
-}
-
 /// --noise-cost: the noise of one step alone, as it was (Box-Muller normals cast
 /// to float and added) and on the grid (docs/noise.md), from the seeded and the
 /// secure generator, timed interleaved with the method's whole step on the same
@@ -828,12 +782,12 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
   std::vector<SpeedBlock> speed;
   std::vector<FitBlock> fits;
   auto add_speed = [&](const Options& p) {
-    check(p);
+    check_bench_options(p);
     for (const auto& m : p.models)
       for (auto b : p.batches) speed.push_back(run_speed(p, m, b, rep));
   };
   auto add_fit = [&](const Options& p) {
-    check(p);
+    check_bench_options(p);
     for (const auto& m : p.models) fits.push_back(run_fit(p, m, rep));
   };
   if (o.suite == "default") {
@@ -875,45 +829,10 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
 
 int main(int argc, char** argv) {
   keep_freed_memory();  // as dpgrad-train does: every method is timed with the same allocator settings
-  Options o;
-  CLI::App app{"dpgrad-bench: speed and memory of the clipping strategies against non-private training"};
-  dpgrad::name_cli_errors(app, "dpgrad-bench");
-  app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp (comma-separated)")->delimiter(',');
-  app.add_option("--batch", o.batches, "batch sizes (comma-separated)")->delimiter(',')->capture_default_str();
-  app.add_option("--methods", o.methods, "none, naive, vanilla, ghost, jl:K, microbatch:M (comma-separated)")
-      ->delimiter(',');
-  app.add_option("--optimizer", o.optimizer, "sgd or adam")->capture_default_str();
-  app.add_option("--steps", o.steps, "timed steps per method, after the warm-up")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed steps per method first (the first one measures memory)")
-      ->capture_default_str();
-  app.add_option("--naive-steps", o.naive_steps, "timed steps of naive (a per-example loop: slow)")
-      ->capture_default_str();
-  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024))->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the model and the synthetic batch")->capture_default_str();
-  app.add_flag("--gemm-detail", o.gemm_detail, "time each matrix product shape of the non-private step on its own");
-  app.add_flag("--json", o.json_out, "one JSON object per (model, method, batch) on stdout");
-  app.add_option("--markdown", o.markdown, "write the results as a markdown table to this file");
-  app.add_option("--suite", o.suite, "default: the suite of ./dev bench (also what no arguments run)");
-  app.add_flag("--max-batch", o.max_batch, "find the largest batch each method runs within --memory-limit-gb");
-  app.add_option("--memory-limit-gb", o.memory_limit_gb, "memory limit of --max-batch, GiB")->capture_default_str();
-  app.add_option("--limit", o.limit, "as: address space (RLIMIT_AS); rss: peak resident set")->capture_default_str();
-  app.add_option("--max-batch-seconds", o.max_batch_seconds, "time cap of one method's search")->capture_default_str();
-  app.add_option("--probe-timeout", o.probe_timeout, "time cap of one probe, seconds")->capture_default_str();
-  app.add_option("--max-batch-start", o.max_batch_start, "first batch size the search tries")->capture_default_str();
-  app.add_option("--batch-cap", o.batch_cap, "largest batch the search tries")->capture_default_str();
-  bool noise_cost = false;
-  app.add_flag("--noise-cost", noise_cost,
-               "time one step's noise alone (normal vs grid, seeded and secure generators) against the "
-               "method's step (--methods: one method, default ghost)");
-  app.add_option("--child", o.child)->group("");
-  app.add_option("--child-method", o.child_method)->group("");
-  app.add_option("--child-as-limit", o.child_as_limit)->group("");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  Parsed parsed = parse_bench_options(argc, argv);
+  if (parsed.exit_code) return *parsed.exit_code;
+  Options& o = parsed.options;
+  const bool noise_cost = parsed.noise_cost;
   if (!o.child.empty()) return run_child(o);
   if (noise_cost) {
     try {
@@ -932,9 +851,7 @@ int main(int argc, char** argv) {
     else fmt::print(stderr, "dpgrad-bench: no bench/ folder here; not writing RESULTS.md\n");
     command += " (no arguments: --suite default --markdown bench/RESULTS.md)";
   }
-  std::set<std::string> given;
-  for (const auto* opt : app.get_options())
-    if (opt->count() > 0) given.insert(opt->get_name());
+  const std::set<std::string>& given = parsed.given;
   try {
     return run(o, command, given);
   } catch (const std::exception& e) {

@@ -27,7 +27,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "programs/cli.hpp"
+#include "examples/account/options.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 #include "privacy/gdp.hpp"
@@ -40,12 +40,7 @@
 namespace {
 
 using namespace dpgrad::privacy;
-
-struct InvalidInput : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-constexpr long kMaxCurveEpochs = 100000;  // --curve prints one line per epoch
+using namespace dpgrad::account;
 
 /// error_bound = upper - lower of the PLD accountant; nullopt for the others.
 std::optional<double> pld_error_bound(const Accountant& a, double delta) {
@@ -73,37 +68,6 @@ struct Companion {
   std::string key;    // JSON field
   std::string label;  // for people
 };
-
-/// CLI11 converts integers with strtoll, which saturates silently: check the text first.
-CLI::Validator whole_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        long long v = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec == std::errc::result_out_of_range)
-          return "'" + text + "' is out of range (at most " + std::to_string(std::numeric_limits<long>::max()) + ")";
-        if (ec != std::errc() || ptr != end) return "'" + text + "' is not a whole number";
-        return "";
-      },
-      "INT");
-}
-
-/// A real number that strtod represents without overflow or underflow.
-CLI::Validator real_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size()) return "'" + text + "' is not a number";
-        if (errno == ERANGE)
-          return "'" + text + "' is out of the range of double precision (" +
-                 (std::abs(v) > 1 ? "overflows" : "underflows") + ")";
-        return "";
-      },
-      "REAL");
-}
 
 const char* describe(const std::string& name) {
   if (name == "rdp") return "Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019)";
@@ -246,135 +210,28 @@ int print_curve(const Accountant& acc, const Factory& make, const std::optional<
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"dpgrad-account: the privacy (epsilon, delta) of a DP-SGD run, or the noise multiplier for a "
-               "target epsilon"};
-  dpgrad::name_cli_errors(app, "dpgrad-account");
-  long n = 0, batch = 0, steps_opt = 0;
-  double sigma = -1.0, epochs = 0.0, delta = 0.0, target = 0.0, fraction = 0.0;
-  std::string accountant, sampler;
-  int jl_dim = 0;
-  bool json = false, curve = false, paper_pair = false;
-  app.add_option("--dataset-size", n, "N, number of training examples")->required()->check(whole_number());
-  app.add_option("--batch-size", batch, "L, expected batch size (q = L / N)")->required()->check(whole_number());
-  auto* o_sigma = app.add_option("--noise-multiplier", sigma, "S, noise std / clipping norm")->check(real_number());
-  auto* o_epochs = app.add_option("--epochs", epochs, "E, passes over the data (steps = ceil(E N / L))")
-                       ->check(real_number());
-  auto* o_steps = app.add_option("--steps", steps_opt, "T, number of steps")->check(whole_number());
-  app.add_option("--delta", delta, "D, target delta in (0, 1)")->required()->check(real_number());
-  auto* o_target = app.add_option("--target-epsilon", target, "X: find the smallest S with epsilon <= X")
-                       ->check(real_number());
-  auto* o_sampler = app.add_option("--sampler", sampler,
-                                   "poisson (default), fixed or shuffle: picks the default accountant");
-  auto* o_accountant = app.add_option(
-      "--accountant", accountant, "pld (default for poisson), rdp, gdp (approximation), wor (fixed), shuffle");
-  auto* o_jl = app.add_option("--jl-dim", jl_dim, "K: account DP-SGD-JL with K projections (pld only)")
-                   ->check(whole_number());
-  auto* o_paper = app.add_flag("--jl-paper-pair", paper_pair,
-                               "with --jl-dim: also print the JL paper's pair (not an upper bound; comparison)");
-  auto* o_frac = app.add_option("--epoch-fraction", fraction, "F in (0, 1): shuffle stops each pass after F N examples")
-                     ->check(real_number());
-  app.add_flag("--json", json, "print one JSON object");
-  app.add_flag("--curve", curve,
-               "print epsilon after each epoch 1..E (needs a whole number of --epochs; JSON: arrays)");
-  o_epochs->excludes(o_steps);
-  o_sigma->excludes(o_target);
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-
-  // ---- validation: every problem names the value ----
-  if (o_sampler->count() && sampler != "poisson" && sampler != "fixed" && sampler != "shuffle")
-    throw InvalidInput("unknown sampler '" + sampler + "' (expected poisson, fixed or shuffle)");
-  if (!o_sampler->count())  // the sampler an explicit accountant analyses, else Poisson
-    sampler = analysed_sampler(accountant);
-  if (!o_accountant->count()) accountant = default_accountant(sampler);
-  if (accountant != "rdp" && accountant != "pld" && accountant != "gdp" && accountant != "wor" &&
-      accountant != "shuffle")
-    throw InvalidInput("unknown accountant '" + accountant + "' (expected rdp, pld, gdp, wor or shuffle)");
-  {
-    const std::string needs = analysed_sampler(accountant);
-    if (sampler != needs)
-      throw InvalidInput("--accountant " + accountant + " analyses " + needs + " sampling, not --sampler " + sampler);
-  }
-  if (o_paper->count() && !(jl_dim > 0 && accountant == "pld"))
-    throw InvalidInput("--jl-paper-pair needs --jl-dim K >= 1 with --accountant pld");
-  if (n < 1) throw InvalidInput(fmt::format("--dataset-size must be >= 1, got {}", n));
-  if (batch < 1) throw InvalidInput(fmt::format("--batch-size must be >= 1, got {}", batch));
-  if (batch > n) throw InvalidInput(fmt::format("--batch-size {} is larger than --dataset-size {}", batch, n));
-  if (!(delta > 0.0 && delta < 1.0)) throw InvalidInput(fmt::format("--delta must be in (0, 1), got {}", delta));
-  if (o_epochs->count() + o_steps->count() != 1) throw InvalidInput("give exactly one of --epochs E or --steps T");
-  if (o_epochs->count() && !(epochs > 0.0 && std::isfinite(epochs)))
-    throw InvalidInput(fmt::format("--epochs must be > 0, got {}", epochs));
-  if (o_steps->count() && steps_opt < 1) throw InvalidInput(fmt::format("--steps must be >= 1, got {}", steps_opt));
-  const bool calibrate = o_target->count() > 0;
-  if (o_sigma->count() + o_target->count() != 1)
-    throw InvalidInput("give exactly one of --noise-multiplier S or --target-epsilon X");
-  if (!calibrate && !(sigma >= 0.0 && std::isfinite(sigma)))
-    throw InvalidInput(fmt::format("--noise-multiplier must be >= 0, got {}", sigma));
-  if (calibrate && !(target > 0.0 && std::isfinite(target)))
-    throw InvalidInput(fmt::format("--target-epsilon must be > 0, got {}", target));
-  if (curve && !o_epochs->count())
-    throw InvalidInput("--curve needs --epochs E (a whole number of epochs), not --steps");
-  if (curve && !(epochs >= 1.0 && epochs <= kMaxCurveEpochs && epochs == std::floor(epochs)))
-    throw InvalidInput(
-        fmt::format("--curve needs a whole number of --epochs in [1, {}], got {}", kMaxCurveEpochs, epochs));
-  if (curve && calibrate)
-    throw InvalidInput("--curve does not combine with --target-epsilon (give --noise-multiplier S)");
-  if (o_jl->count() && jl_dim < 0) throw InvalidInput(fmt::format("--jl-dim must be >= 0, got {}", jl_dim));
-  if (o_frac->count() && !(fraction > 0.0 && fraction < 1.0))
-    throw InvalidInput(fmt::format("--epoch-fraction must be in (0, 1), got {}", fraction));
-  if (o_frac->count() && accountant != "shuffle")
-    throw InvalidInput("--epoch-fraction applies only to --accountant shuffle");
-  if (accountant == "shuffle" && !o_frac->count())
-    throw InvalidInput("--accountant shuffle needs --epoch-fraction F in (0, 1)");
-
-  AccountantOptions opts;
-  opts.dataset_size = n;
-  opts.batch_size = batch;
-  opts.epoch_fraction = fraction;
-  std::unique_ptr<Accountant> acc;
-  try {
-    acc = make_accountant(accountant, opts);
-  } catch (const std::invalid_argument& e) {
-    throw InvalidInput(e.what());
-  }
-  if (jl_dim > 0 && !acc->supports_jl())
-    throw InvalidInput(fmt::format("--jl-dim is not supported by --accountant {} (DP-SGD-JL needs pld)", accountant));
+  const Parsed parsed = parse_account_options(argc, argv);
+  if (parsed.exit_code) return *parsed.exit_code;
+  const Request& r = parsed.request;
+  const long n = r.dataset_size, batch = r.batch_size, steps = r.steps;
+  const double epochs = r.epochs, delta = r.delta, target = r.target_epsilon, fraction = r.epoch_fraction,
+               q = r.sampling_rate;
+  double sigma = r.noise_multiplier;
+  const std::string &accountant = r.accountant, &steps_note = r.steps_note;
+  const int jl_dim = r.jl_dim;
+  const bool json = r.json, curve = r.curve, calibrate = r.calibrate;
+  const AccountantOptions& opts = r.accountant_options;
+  std::unique_ptr<Accountant> acc = make_accountant(accountant, opts);
   const Factory make = [accountant, opts] { return make_accountant(accountant, opts); };
   std::optional<Companion> companion;
   if (!acc->upper_bound())
     companion = Companion{[opts] { return make_accountant("pld", opts); }, "upper_bound_epsilon",
                           "pld: privacy loss distribution, an upper bound (the figure to rely on)"};
-  if (paper_pair) {
+  if (r.paper_pair) {
     PldAccountant::Options po;
     po.jl_paper_pair = true;
     companion = Companion{[po] { return std::make_unique<PldAccountant>(po); }, "paper_pair_epsilon",
                           "paper pair (N(0,1), E_X N(Z,1)) of Bu et al. 2021: NOT an upper bound, comparison only"};
-  }
-
-  // ---- steps and sampling rate ----
-  const double q = static_cast<double>(batch) / static_cast<double>(n);
-  // One epoch of the shuffle accountant is one pass stopped at F: floor(F N / L) steps.
-  const long per_pass = accountant == "shuffle" ? dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch() : 0;
-  auto steps_after = [&](double e) {  // steps of e epochs, rounded up, as dpgrad-train counts them
-    try {
-      return steps_for_epochs(sampler, n, batch, e, accountant == "shuffle" ? fraction : 1.0);
-    } catch (const std::invalid_argument& ex) {
-      throw InvalidInput(std::string("--epochs: ") + ex.what());
-    }
-  };
-  long steps = steps_opt;
-  std::string steps_note;
-  if (o_epochs->count()) {
-    if (accountant == "shuffle")
-      steps_note = fmt::format("{} epochs x {} steps per pass (floor(F N / L)), rounded up", epochs, per_pass);
-    else
-      steps_note = fmt::format("{} epochs x {} / {}, rounded up", epochs, n, batch);
-    steps = steps_after(epochs);
   }
 
   if (curve) {
@@ -387,7 +244,7 @@ int run(int argc, char** argv) {
       }
     }
     std::vector<long> curve_steps;  // after epochs 1..E
-    for (long e = 1; e <= static_cast<long>(epochs); ++e) curve_steps.push_back(steps_after(static_cast<double>(e)));
+    for (long e = 1; e <= static_cast<long>(epochs); ++e) curve_steps.push_back(steps_after(r, static_cast<double>(e)));
     return print_curve(*acc, make, companion, opts, q, sigma, jl_dim, delta, curve_steps, json);
   }
 
@@ -436,7 +293,7 @@ int run(int argc, char** argv) {
                         {"noise_multiplier", sigma},
                         {"dataset_size", n},
                         {"batch_size", batch}};
-    if (o_epochs->count()) {
+    if (r.epochs_given) {
       j["epochs"] = epochs;
       j["steps_rounded_up"] = true;
     }

@@ -9,55 +9,21 @@
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "optim/audit.hpp"
 #include "privacy/accountant.hpp"
-#include "programs/cli.hpp"
+#include "examples/audit/options.hpp"
 
 using namespace dpgrad;
 
 int main(int argc, char** argv) {
-  AuditConfig c;
-  std::string fault = "none";
-  bool json_out = false;
-  CLI::App app{"dpgrad-audit: measure a lower bound on epsilon for a training configuration, with canaries"};
-  name_cli_errors(app, "dpgrad-audit");
-  app.add_option("--model", c.model, "logreg, mlp, cnn26k, lstm (a small bidirectional LSTM)")->capture_default_str();
-  app.add_option("--clip-strategy", c.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
-  app.add_option("--noise-multiplier", c.noise_multiplier, "sigma")->capture_default_str();
-  app.add_option("--clip-norm", c.clip_norm, "C")->capture_default_str();
-  app.add_option("--sampling-rate", c.sampling_rate, "q: the canary joins each step's batch with this probability")
-      ->capture_default_str();
-  app.add_option("--steps", c.steps, "DP steps per trial")->capture_default_str();
-  app.add_option("--trials", c.trials, "trials without the canary, and as many with it")->capture_default_str();
-  app.add_option("--others", c.others, "fixed examples in every batch besides the canary")->capture_default_str();
-  app.add_option("--delta", c.delta, "delta of the claim and of the bound")->capture_default_str();
-  app.add_option("--confidence", c.confidence, "the bound holds with at least this probability")->capture_default_str();
-  app.add_option("--fault", fault,
-                 "a DELIBERATELY BROKEN mechanism, for testing the audit itself: none, no-noise, known-seed-noise, "
-                 "batch-clipping, wrong-sampling-rate, under-reported-norm")
-      ->capture_default_str();
-  app.add_option("--method", c.method,
-                 "distinguish (many trials with and without one canary) or one-run (one run, --canaries dirac "
-                 "canaries each in the data with probability 1/2)")
-      ->capture_default_str();
-  app.add_option("--canaries", c.canaries, "one-run: how many canaries (at most one per parameter)")
-      ->capture_default_str();
-  app.add_option("--seed", c.seed, "seed of the model and data (the noise is from the secure generator)");
-  app.add_flag("--json", json_out, "one JSON object on stdout");
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-  try {
-    c.fault = audit_fault_from_string(fault);
-    if (!(c.delta > 0 && c.delta < 1)) throw std::invalid_argument("--delta must be in (0, 1)");
-    if (!(c.confidence > 0 && c.confidence < 1)) throw std::invalid_argument("--confidence must be in (0, 1)");
+    const audit::Parsed parsed = audit::parse_audit_options(argc, argv);
+    if (parsed.exit_code) return *parsed.exit_code;
+    const AuditConfig& c = parsed.config;
+    const bool json_out = parsed.json;
     const bool tty = isatty(fileno(stderr));
     long last_tenth = -1;
     const AuditResult r = run_audit(c, [&](long done, long total) {

@@ -105,55 +105,8 @@ int run(Options o, const json* resumed) {
   };
 
   // ---- arguments that do not need data
-  require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
-  if (!o.lr) o.lr = default_learning_rate(o.optimizer);
-  require(*o.lr > 0 && std::isfinite(*o.lr), fmt::format("--lr must be > 0, got {}", *o.lr));
-  require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
-  require(o.lr_final >= 0 && o.lr_final <= *o.lr,
-          fmt::format("--lr-final must be in [0, --lr], got {} with --lr {}", o.lr_final, *o.lr));
-  require(o.lr_final == 0 || o.schedule == "cosine", "--lr-final needs --lr-schedule cosine");
-  std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
-  require(base_name == "sgd" || base_name == "momentum" || base_name == "adam" || (dp && base_name == "adambc"),
-          "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
-  require(o.adambc_floor > 0 && std::isfinite(o.adambc_floor),
-          fmt::format("--adambc-floor must be > 0, got {}", o.adambc_floor));
-  if (dp) {
-    require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
-    if (o.strategy.rfind("jl:", 0) == 0) {
-      const long k = std::strtol(o.strategy.c_str() + 3, nullptr, 10);
-      require(k <= 1000, fmt::format("--clip-strategy {}: each of the K directions is a forward pass, so a step costs "
-                                     "about K non-private steps (jl:1000 took 26 s a step on cnn26k); at most jl:1000 "
-                                     "(ghost and vanilla give exact norms faster)", o.strategy));
-    }
-    require(o.noise_multiplier || o.target_epsilon, "a private run needs --noise-multiplier or --target-epsilon");
-    require(!o.noise_multiplier || *o.noise_multiplier >= 0,
-            fmt::format("--noise-multiplier must be >= 0, got {}", o.noise_multiplier.value_or(0)));
-    require(!o.target_epsilon || *o.target_epsilon > 0, "--target-epsilon must be > 0");
-    require(o.clip_norm > 0 && o.clip_norm <= 1e6, fmt::format("--clip-norm must be in (0, 1e6], got {}", o.clip_norm));
-    require(!o.delta || (*o.delta > 0 && *o.delta < 1), fmt::format("--delta must be in (0, 1), got {}", o.delta.value_or(0)));
-    if (o.noise_multiplier && *o.noise_multiplier == 0)
-      require(o.allow_no_noise, "--noise-multiplier 0 adds no noise and is NOT private; add --allow-no-noise to insist");
-  } else {
-    require(!o.noise_multiplier && !o.target_epsilon, "--noise-multiplier/--target-epsilon need a dp-* optimizer");
-    o.strategy = "none";
-  }
-  if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
-                                      "--epoch-fraction must be in (0, 1) for private shuffled training");
-  require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
-  require(o.epoch_fraction == 1.0 || o.sampler == "shuffle",
-          "--epoch-fraction applies to --sampler shuffle only (this run samples " + o.sampler + ")");
-  require(!o.allow_no_noise || (o.noise_multiplier && *o.noise_multiplier == 0 && !o.target_epsilon),
-          "--allow-no-noise goes with --noise-multiplier 0 and no --target-epsilon (a run without noise has no epsilon)");
-  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-          fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
-  require(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
-          fmt::format("--momentum must be in [0, 1), got {}", o.momentum));
-  require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
-  require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
-  require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
-          "--layer-snr compares the gradient with its noise: it needs a private run with noise");
-  require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
-  require(o.sat_rho >= 0 && std::isfinite(o.sat_rho), fmt::format("--sat-rho must be >= 0 (0: off), got {}", o.sat_rho));
+  check_train_options(o);
+  const std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
   require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
           "--checkpoint-dir " + o.checkpoint_dir +
               " already holds a checkpoint: add --resume to continue that run, or choose another directory");

@@ -9,61 +9,26 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/random.hpp"
 #include "data/idx.hpp"
 #include "examples/logreg/logreg.hpp"
+#include "examples/logreg/options.hpp"
 
 using namespace dpgrad;
 using json = nlohmann::json;
 
 namespace {
 
-struct Options {
-  std::string dataset = "fashion-mnist";
-  std::vector<int> classes{0, 9};   // T-shirt/top vs ankle boot
-  long dim = 20, size = 10000, test_size = 5000;   // signed: "-3" must be an error, not 2^64 - 3
-  double separation = 2.0;
-  double lambda = 1e-2, bias = 1.0, grad_tol = 1e-9;
-  std::vector<double> epsilons{0.1, 0.5, 1, 2, 5, 10};
-  int repeats = 10;
-  std::uint64_t seed = 42;
-  bool reproducible_noise = false, json_out = false;
-};
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
+using logreg::Options;
 
 int run(const Options& o) {
-  require(o.dataset == "fashion-mnist" || o.dataset == "synthetic",
-          "unknown --dataset '" + o.dataset + "' (expected fashion-mnist or synthetic)");
-  require(o.lambda > 0.0 && std::isfinite(o.lambda), fmt::format("--lambda must be > 0, got {}", o.lambda));
-  require(!o.epsilons.empty(), "--epsilons needs at least one value");
-  for (double e : o.epsilons)
-    require(e > 0.0 && std::isfinite(e), fmt::format("every epsilon must be > 0 and finite, got {}", e));
-  require(o.repeats >= 1, fmt::format("--repeats must be >= 1, got {}", o.repeats));
-  require(std::isfinite(o.bias), "--bias must be finite");
-  require(o.grad_tol >= 1e-13 && o.grad_tol <= 0.1,   // below 1e-13 rounding can stall Newton
-          fmt::format("--grad-tol must be in [1e-13, 0.1], got {}", o.grad_tol));
-  require(o.classes.size() == 2, fmt::format("--classes takes two labels A,B, got {}", o.classes.size()));
-
   logreg::Split split;
   if (o.dataset == "fashion-mnist") {
     split = logreg::fashion_mnist_pair(o.classes[0], o.classes[1], o.bias);
   } else {
-    // Newton stores a (d, d) Hessian and the data (n, d) twice: keep both in memory.
-    require(o.dim >= 1 && o.dim <= 4096, fmt::format("--dim must be in [1, 4096], got {}", o.dim));
-    require(o.size >= 1 && o.size <= 10000000, fmt::format("--size must be in [1, 10^7], got {}", o.size));
-    require(o.test_size >= 1 && o.test_size <= 10000000,
-            fmt::format("--test-size must be in [1, 10^7], got {}", o.test_size));
-    require((o.size + o.test_size) * o.dim <= 100000000,
-            fmt::format("--dim times (--size + --test-size) must be <= 10^8, got {}", (o.size + o.test_size) * o.dim));
-    require(o.separation >= 0.0 && std::isfinite(o.separation),
-            fmt::format("--separation must be >= 0, got {}", o.separation));
     split = logreg::synthetic(static_cast<std::size_t>(o.dim), static_cast<std::size_t>(o.size),
                               static_cast<std::size_t>(o.test_size), o.separation, o.bias, o.seed);
   }
@@ -143,39 +108,10 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"dpgrad-logreg: epsilon-DP logistic regression by output perturbation (Chaudhuri et al. 2011)"};
-  app.add_option("--dataset", o.dataset, "fashion-mnist or synthetic")->capture_default_str();
-  app.add_option("--classes", o.classes, "fashion-mnist: classes A,B (A -> +1, B -> -1); 0,9: T-shirt vs ankle boot")
-      ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--dim", o.dim, "synthetic: dimension")->capture_default_str();
-  app.add_option("--size", o.size, "synthetic: training examples")->capture_default_str();
-  app.add_option("--test-size", o.test_size, "synthetic: test examples")->capture_default_str();
-  app.add_option("--separation", o.separation, "synthetic: ||mu||, class means +-mu")->capture_default_str();
-  app.add_option("--lambda", o.lambda, "L2 regularisation (Delta = 2 / (N lambda))")->capture_default_str();
-  app.add_option("--bias", o.bias, "value of the constant feature (0: no offset)")->capture_default_str();
-  app.add_option("--grad-tol", o.grad_tol, "solver stops at ||grad|| below this")->capture_default_str();
-  app.add_option("--epsilons", o.epsilons, "comma-separated epsilons")->delimiter(',')->capture_default_str();
-  app.add_option("--repeats", o.repeats, "noise draws per epsilon")->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the fast generator and of synthetic data")
-      ->check([](const std::string& s) {
-        return s.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + s;
-      })
-      ->capture_default_str();
-  app.add_flag("--reproducible-noise", o.reproducible_noise,
-               "noise from a generator seeded by --seed, so that results repeat: NOT private (the noise can be "
-               "recomputed from the seed); default: the secure generator");
-  app.add_flag("--json", o.json_out, "print one JSON object");
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "dpgrad-logreg: " << e.what() << "\n";
-    return 2;
-  }
-  try {
-    return run(o);
+    const logreg::Parsed parsed = logreg::parse_logreg_options(argc, argv);
+    if (parsed.exit_code) return *parsed.exit_code;
+    return run(parsed.options);
   } catch (const std::invalid_argument& e) {
     std::cerr << "dpgrad-logreg: " << e.what() << "\n";
     return 2;

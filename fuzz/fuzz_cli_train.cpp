@@ -1,27 +1,18 @@
-// libFuzzer harness: dpgrad-train's option parsing, the input split on NUL bytes into argv.
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <vector>
+// libFuzzer harness: dpgrad-train's option parsing and checks. Help and
+// errors print and return an exit code or throw std::invalid_argument; nothing
+// may crash, exit or throw anything else.
+#include <stdexcept>
 
 #include "examples/train/options.hpp"
+#include "fuzz/cli_args.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  std::vector<std::string> args{"dpgrad-train"};
-  std::string cur;
-  for (std::size_t i = 0; i < size; ++i) {
-    if (data[i] == 0) {
-      args.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(char(data[i]));
-    }
+  const dpgrad::fuzz::Argv args("dpgrad-train", data, size);
+  auto parsed = dpgrad::train::parse_train_options(args.argc(), args.argv());
+  if (parsed.exit_code) return 0;
+  try {
+    dpgrad::train::check_train_options(parsed.options);
+  } catch (const std::invalid_argument&) {
   }
-  if (!cur.empty()) args.push_back(cur);
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  // help and errors print and return an exit code; nothing may crash or exit
-  auto parsed = dpgrad::train::parse_train_options(int(argv.size()), argv.data());
-  (void)parsed;
   return 0;
 }

@@ -21,27 +21,6 @@
 
 namespace dpgrad {
 
-std::string to_string(AuditFault f) {
-  switch (f) {
-    case AuditFault::none: return "none";
-    case AuditFault::no_noise: return "no-noise";
-    case AuditFault::known_seed_noise: return "known-seed-noise";
-    case AuditFault::batch_clipping: return "batch-clipping";
-    case AuditFault::wrong_sampling_rate: return "wrong-sampling-rate";
-    case AuditFault::under_reported_norm: return "under-reported-norm";
-  }
-  throw std::invalid_argument("unknown AuditFault");
-}
-
-AuditFault audit_fault_from_string(const std::string& name) {
-  for (AuditFault f : {AuditFault::none, AuditFault::no_noise, AuditFault::known_seed_noise, AuditFault::batch_clipping,
-                       AuditFault::wrong_sampling_rate, AuditFault::under_reported_norm})
-    if (to_string(f) == name) return f;
-  throw std::invalid_argument("unknown fault '" + name +
-                              "' (none, no-noise, known-seed-noise, batch-clipping, wrong-sampling-rate, "
-                              "under-reported-norm)");
-}
-
 namespace {
 
 using T = double;
@@ -336,16 +315,8 @@ AuditResult run_one_run(const AuditConfig& c, const std::function<void(long, lon
 
 AuditResult run_audit(const AuditConfig& c, const std::function<void(long, long)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!(c.noise_multiplier > 0 && std::isfinite(c.noise_multiplier)))
-    throw std::invalid_argument("audit: the noise multiplier must be > 0 (the claim being audited)");
-  if (!(c.clip_norm > 0 && std::isfinite(c.clip_norm))) throw std::invalid_argument("audit: clip norm must be > 0");
-  if (!(c.sampling_rate > 0 && c.sampling_rate <= 1)) throw std::invalid_argument("audit: q must be in (0, 1]");
-  if (c.steps < 1 || c.steps > 1000) throw std::invalid_argument("audit: steps must be in [1, 1000]");
-  if (c.trials < 8 || c.trials > 10000000) throw std::invalid_argument("audit: trials must be in [8, 10^7]");
-  if (c.others < 1 || c.others > 1000) throw std::invalid_argument("audit: others must be in [1, 1000]");
+  check_audit_config(c);
   if (c.method == "one-run") return run_one_run(c, progress);
-  if (c.method != "distinguish")
-    throw std::invalid_argument("audit: unknown method '" + c.method + "' (distinguish, one-run)");
 
   Setup s = make_setup(c);
   ModelT<T>& model = *s.model;

@@ -254,9 +254,13 @@ long CheckpointDir::latest_step() const {
 }
 
 json CheckpointDir::read_extra() const {
-  Reader r(latest_dir());
-  json s = r.json_file("state.json");
-  return s.value("extra", json::object());
+  const fs::path root = latest_dir();
+  Reader r(root);
+  const json s = r.json_file("state.json");
+  if (!s.is_object()) fail(root.string() + "/state.json is not a JSON object");
+  if (!s.contains("extra")) return json::object();
+  if (!s["extra"].is_object()) fail(root.string() + "/state.json: its 'extra' is not a JSON object");
+  return s["extra"];
 }
 
 template <class T>

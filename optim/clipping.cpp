@@ -391,48 +391,22 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
   std::size_t count_;
 };
 
-/// The whole number >= 1 in `text`, which is `what` of strategy `spec`.
-int parse_positive(const std::string& spec, const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size() || v < 1 || v > 1000000)
-    throw std::invalid_argument("clip strategy '" + spec + "': " + what + " needs a whole number >= 1");
-  return int(v);
-}
-
 }  // namespace
 
 template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch) {
-  if (spec == "none") return std::make_unique<NoneStrategy<T>>();
-  if (spec == "naive") return std::make_unique<NaiveStrategy<T>>();
-  if (spec == "vanilla") return std::make_unique<VanillaStrategy<T>>();
-  if (spec == "ghost") return std::make_unique<GhostStrategy<T>>();
-  if (spec.rfind("jl:", 0) == 0) {  // jl:K or jl:K/C (C directions per pass)
-    const std::size_t slash = spec.find('/');
-    const int k = parse_positive(spec, spec.substr(3, slash == std::string::npos ? std::string::npos : slash - 3), "jl:");
-    const int c = slash == std::string::npos ? 0 : parse_positive(spec, spec.substr(slash + 1), "jl:K/");
-    // each direction is a forward pass: K of them cost about K non-private steps
-    // (jl:1000 took 26 s a step on cnn26k); beyond a few hundred the exact
-    // strategies are faster and tighter (dpgrad-train allows at most jl:1000)
-    constexpr int kMaxDirections = 10000;
-    if (k > kMaxDirections)
-      throw std::invalid_argument("jl:" + std::to_string(k) + " would take about " + std::to_string(k) +
-                                  " forward passes per step; at most jl:" + std::to_string(kMaxDirections) +
-                                  " (ghost and vanilla give exact norms faster)");
-    return std::make_unique<JlStrategy<T>>(k, c);
+  const ClipSpec s = parse_clip_spec(spec);
+  switch (s.kind) {
+    case ClipSpec::Kind::none: return std::make_unique<NoneStrategy<T>>();
+    case ClipSpec::Kind::naive: return std::make_unique<NaiveStrategy<T>>();
+    case ClipSpec::Kind::vanilla: return std::make_unique<VanillaStrategy<T>>();
+    case ClipSpec::Kind::ghost: return std::make_unique<GhostStrategy<T>>();
+    case ClipSpec::Kind::jl: return std::make_unique<JlStrategy<T>>(s.directions, s.chunk);
+    case ClipSpec::Kind::microbatch:
+      if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");
+      return std::make_unique<MicrobatchStrategy<T>>(s.microbatches, expected_batch);
   }
-  if (spec.rfind("microbatch:", 0) == 0) {
-    int m = parse_positive(spec, spec.substr(11), "microbatch:");
-    if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");
-    return std::make_unique<MicrobatchStrategy<T>>(m, expected_batch);
-  }
-  throw std::invalid_argument("unknown clip strategy '" + spec + "' (none, naive, vanilla, ghost, jl:K, microbatch:M)");
+  throw std::invalid_argument("unknown clip strategy '" + spec + "'");
 }
 
 template float clip_factor<float>(double, double, std::size_t);

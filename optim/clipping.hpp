@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "layers/module.hpp"
+#include "optim/clip_spec.hpp"
 
 namespace dpgrad {
 

@@ -131,6 +131,10 @@ struct ParsedOptions {
 /// Parses dpgrad-train's flags (and applies --demo's preset). Never exits the process.
 ParsedOptions parse_train_options(int argc, const char* const* argv);
 
+/// Checks every option that needs no data or file (fills in the default
+/// learning rate); throws std::invalid_argument naming the problem.
+void check_train_options(Options& o);
+
 /// --resume: reads the checkpoint's extra JSON, checks that no given flag
 /// contradicts the stored run, and takes the stored options. Throws
 /// std::invalid_argument naming the problem.

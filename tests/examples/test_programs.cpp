@@ -310,7 +310,7 @@ TEST_CASE("dpgrad-account: overflowing counts are refused, not saturated") {
                         "--delta 1e-5");
   CHECK(r.status == 2);
   CHECK(r.out.find("--steps") != std::string::npos);
-  CHECK(r.out.find("out of range") != std::string::npos);
+  CHECK(r.out.find("too large") != std::string::npos);
 }
 
 TEST_CASE("dpgrad-account: a vanishing noise multiplier claims no finite epsilon") {
@@ -467,4 +467,39 @@ TEST_CASE("dpgrad-audit: a bound, its confidence, the claim and the ratio, in te
   Run bad = run(audit + " --fault whatever");
   CHECK(bad.status == 2);
   CHECK(bad.out.find("unknown fault 'whatever'") != std::string::npos);
+}
+
+TEST_CASE("every program names a bad option and exits 2 before any work") {
+  struct Case {
+    std::string command;
+    std::vector<std::string> says;
+  };
+  const std::string audit = DPGRAD_AUDIT, logreg = DPGRAD_LOGREG, bench = DPGRAD_BENCH;
+  const std::vector<Case> cases = {
+      {audit + " --steps -1", {"dpgrad-audit: error", "--steps", "whole number"}},
+      {audit + " --trials 3", {"trials must be in [8, 10^7]"}},
+      {audit + " --clip-strategy jl:0", {"jl:0", ">= 1"}},
+      {audit + " --clip-strategy none", {"not private"}},
+      {audit + " --model resnet", {"unknown audit model 'resnet'"}},
+      {audit + " --delta 2", {"delta must be in (0, 1)"}},
+      {audit + " --noise-multiplier 1e999", {"--noise-multiplier", "overflows"}},
+      {audit + " --method one-run --canaries 5", {"at least 20 canaries"}},
+      {logreg + " --dim -3 --dataset synthetic", {"dpgrad-logreg: error", "--dim", "whole number"}},
+      {logreg + " --dataset synthetic --dim 5000", {"--dim must be in [1, 4096]"}},
+      {logreg + " --lambda nan", {"--lambda must be > 0"}},
+      {logreg + " --classes 1", {"--classes takes two labels"}},
+      {logreg + " --no-such-flag", {"dpgrad-logreg: error"}},
+      {bench + " --batch -1", {"dpgrad-bench: error", "--batch", "whole number"}},
+      {bench + " --methods ghost,jl:abc", {"jl:abc"}},
+      {bench + " --model mlp --memory-limit-gb inf --max-batch", {"--memory-limit-gb must be in (0, 4096]"}},
+      {bench + " --steps 0 --model mlp", {"--steps must be >= 1"}},
+      {account + " --dataset-size -5 --batch-size 1 --steps 1 --noise-multiplier 1 --delta 1e-5",
+       {"dpgrad-account: error", "--dataset-size", "whole number"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.command);
+    const Run r = run(c.command);
+    CHECK(r.status == 2);
+    for (const auto& s : c.says) CHECK(r.out.find(s) != std::string::npos);
+  }
 }

@@ -239,3 +239,23 @@ TEST_CASE("accountant JSON: out-of-range numbers and orders are refused, not con
   json rdp = {{"accountant", "rdp"}, {"orders", {2.0, 2.9e83}}};
   test::check_error<std::invalid_argument>([&] { privacy::accountant_from_json(rdp); }, {"rdp orders must be in (1, 1e6]"});
 }
+
+TEST_CASE("checkpoint hardening: a state.json of the wrong JSON type is refused by name (found by fuzzing)") {
+  Run run;
+  test::TempDir dir("dpgrad-ckpt-type");
+  run.write(dir.path, 1);
+  const std::string saved = slurp(latest(dir.path) / "state.json");
+  for (const char* bad : {"3", "[]", "\"text\"", "null"}) {
+    CAPTURE(bad);
+    tamper(dir.path, "state.json", bad);
+    test::check_error<CheckpointError>([&] { CheckpointDir(dir.path).read_extra(); }, {"state.json is not a JSON object"});
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"state.json"});
+  }
+  json s = json::parse(saved);
+  s["extra"] = 7;
+  tamper(dir.path, "state.json", s.dump());
+  test::check_error<CheckpointError>([&] { CheckpointDir(dir.path).read_extra(); }, {"'extra' is not a JSON object"});
+  tamper(dir.path, "state.json", saved);
+  CHECK(CheckpointDir(dir.path).read_extra().is_object());
+  run.resume(dir.path);
+}

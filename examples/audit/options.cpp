@@ -1,0 +1,53 @@
+// dpgrad-audit's options (examples/audit/options.hpp).
+#include "examples/audit/options.hpp"
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "programs/cli.hpp"
+
+namespace dpgrad::audit {
+
+Parsed parse_audit_options(int argc, const char* const* argv) {
+  Parsed p;
+  AuditConfig& c = p.config;
+  std::string fault = "none";
+  CLI::App app{"dpgrad-audit: measure a lower bound on epsilon for a training configuration, with canaries"};
+  name_cli_errors(app, "dpgrad-audit");
+  app.add_option("--model", c.model, "logreg, mlp, cnn26k, lstm (a small bidirectional LSTM)")->capture_default_str();
+  app.add_option("--clip-strategy", c.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
+  app.add_option("--noise-multiplier", c.noise_multiplier, "sigma")->check(real_number())->capture_default_str();
+  app.add_option("--clip-norm", c.clip_norm, "C")->check(real_number())->capture_default_str();
+  app.add_option("--sampling-rate", c.sampling_rate, "q: the canary joins each step's batch with this probability")->check(real_number())
+      ->capture_default_str();
+  app.add_option("--steps", c.steps, "DP steps per trial")->check(whole_number())->capture_default_str();
+  app.add_option("--trials", c.trials, "trials without the canary, and as many with it")->check(whole_number())->capture_default_str();
+  app.add_option("--others", c.others, "fixed examples in every batch besides the canary")->check(whole_number())->capture_default_str();
+  app.add_option("--delta", c.delta, "delta of the claim and of the bound")->check(real_number())->capture_default_str();
+  app.add_option("--confidence", c.confidence, "the bound holds with at least this probability")->check(real_number())->capture_default_str();
+  app.add_option("--fault", fault,
+                 "a DELIBERATELY BROKEN mechanism, for testing the audit itself: none, no-noise, known-seed-noise, "
+                 "batch-clipping, wrong-sampling-rate, under-reported-norm")
+      ->capture_default_str();
+  app.add_option("--method", c.method,
+                 "distinguish (many trials with and without one canary) or one-run (one run, --canaries dirac "
+                 "canaries each in the data with probability 1/2)")
+      ->capture_default_str();
+  app.add_option("--canaries", c.canaries, "one-run: how many canaries (at most one per parameter)")->check(whole_number())
+      ->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the model and data (the noise is from the secure generator)")->check(whole_number());
+  app.add_flag("--json", p.json, "one JSON object on stdout");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    p.exit_code = code == 0 ? 0 : 2;
+    return p;
+  }
+  c.fault = audit_fault_from_string(fault);
+  check_audit_config(c);
+  return p;
+}
+
+}  // namespace dpgrad::audit

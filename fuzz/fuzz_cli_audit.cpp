@@ -1,0 +1,14 @@
+// libFuzzer harness: dpgrad-audit's option parsing and checks (no trials).
+#include <stdexcept>
+
+#include "examples/audit/options.hpp"
+#include "fuzz/cli_args.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const dpgrad::fuzz::Argv args("dpgrad-audit", data, size);
+  try {
+    dpgrad::audit::parse_audit_options(args.argc(), args.argv());
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}

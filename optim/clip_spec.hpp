@@ -1,0 +1,25 @@
+// The text form of a clipping strategy ("ghost", "jl:K", "microbatch:M", ...),
+// parsed once for make_clip_strategy and for the programs that check their
+// options before building anything.
+#pragma once
+
+#include <string>
+
+namespace dpgrad {
+
+struct ClipSpec {
+  enum class Kind { none, naive, vanilla, ghost, jl, microbatch };
+  Kind kind = Kind::ghost;
+  int directions = 0;    // jl:K
+  int chunk = 0;         // jl:K/C (0: chosen from the tape's size)
+  int microbatches = 0;  // microbatch:M
+};
+
+/// jl:K takes at most this many directions: each is a forward pass.
+inline constexpr int kMaxJlDirections = 10000;
+
+/// Parses "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C" or
+/// "microbatch:M"; throws std::invalid_argument naming the problem.
+ClipSpec parse_clip_spec(const std::string& spec);
+
+}  // namespace dpgrad
