@@ -42,6 +42,7 @@ const PerSampleRule<T>& rule_for(UseKind kind) {
     case UseKind::bias: return detail::bias_rule<T>();
     case UseKind::gather: return detail::gather_rule<T>();
     case UseKind::conv: return detail::conv_rule<T>();
+    case UseKind::elementwise: return detail::elementwise_rule<T>();
   }
   throw std::logic_error("per-sample rule: unknown kind of use");
 }
@@ -71,10 +72,29 @@ void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batc
                               "; the per-sample rules need the samples on axis 0 (see docs/per-sample.md)");
 }
 
+/// The uses of one parameter that are of one kind, seen as per-sample blocks,
+/// with their rule and the (d, p) it views the parameter as.
 template <class T>
-std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::size_t& d, std::size_t& p) {
+struct Part {
+  const PerSampleRule<T>* rule = nullptr;
+  UseKind kind;
+  std::vector<UseView<T>> vs;
+  std::size_t d = 0, p = 0;
+  std::size_t steps() const {
+    std::size_t s = 0;
+    for (const auto& v : vs) s += v.steps;
+    return s;
+  }
+};
+
+/// A parameter's uses grouped by kind, in order of first use. A parameter used
+/// by several kinds of op (a table read by gather and scaled by mul) gets G_i
+/// as the sum of each kind's part; only dense parts can be summed that way.
+template <class T>
+std::vector<Part<T>> parts_of(const ParamUses<T>& g, std::size_t batch) {
+  if (g.uses.empty()) throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has no uses");
   const auto& ps = g.param->value.shape();
-  std::vector<UseView<T>> out;
+  std::vector<Part<T>> out;
   for (const ParamUse<T>* u : g.uses) {
     check_samples(g, *u, batch);
     if (!u->delta)
@@ -88,24 +108,36 @@ std::vector<UseView<T>> views(const ParamUses<T>& g, std::size_t batch, std::siz
                                   " is not a whole number of rows for each of " + std::to_string(batch) + " examples");
     if (u->kind == UseKind::conv && !u->sample_gradient)
       throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has a conv use without its rule");
+    auto part = std::find_if(out.begin(), out.end(), [&](const Part<T>& q) { return q.kind == u->kind; });
+    if (part == out.end()) {
+      out.push_back(Part<T>{&rule_for<T>(u->kind), u->kind, {}, 0, 0});
+      part = out.end() - 1;
+    }
     UseView<T> v;
     v.delta = delta.data();
-    rule_for<T>(u->kind).view(*u, Shape(ps.begin(), ps.end()), v, d, p);
-    v.steps = batch == 0 ? 0 : delta.size() / (batch * p);
-    out.push_back(v);
+    part->rule->view(*u, Shape(ps.begin(), ps.end()), v, part->d, part->p);
+    v.steps = batch == 0 ? 0 : delta.size() / (batch * part->p);
+    part->vs.push_back(v);
   }
+  if (out.size() > 1)
+    for (const auto& part : out)
+      if (!part.rule->dense_gradients())
+        throw std::invalid_argument("per-sample rule: parameter '" + g.param->name +
+                                    "' is read as a table (gather) and used by another kind of op; no rule "
+                                    "covers that mix");
   return out;
 }
 
-/// The rule of a parameter's uses, all of one kind.
+/// G_i of a parameter used by several kinds of op: the sum of each part's.
 template <class T>
-const PerSampleRule<T>& rule_of(const ParamUses<T>& g) {
-  if (g.uses.empty()) throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has no uses");
-  for (const auto* u : g.uses)
-    if (u->kind != g.uses.front()->kind)
-      throw std::invalid_argument("per-sample rule: parameter '" + g.param->name +
-                                  "' is used by different kinds of op; no rule covers that mix");
-  return rule_for<T>(g.uses.front()->kind);
+void mixed_gradient(const std::vector<Part<T>>& parts, std::size_t i, std::size_t batch, std::size_t n, T* g,
+                    std::vector<T>& scratch) {
+  scratch.resize(n);
+  std::fill_n(g, n, T(0));
+  for (const auto& part : parts) {
+    part.rule->gradient(part.vs, i, batch, part.d, part.p, scratch.data());
+    axpy(n, T(1), scratch.data(), g);
+  }
 }
 
 }  // namespace
@@ -160,16 +192,19 @@ ArrayT<T> PerSampleGradients<T>::to_dense() const {
 
 template <class T>
 bool per_sample_gradients_are_small(const ParamUses<T>& g, std::size_t batch) {
-  if (!rule_of(g).dense_gradients() || batch == 0) return false;
-  std::size_t d = 0, p = 0;
-  std::size_t steps = 0;
-  for (const auto& v : views(g, batch, d, p)) steps += v.steps;
-  return gradient_is_small(d, p, steps);
+  if (batch == 0) return false;
+  const auto parts = parts_of(g, batch);
+  if (parts.size() > 1) return true;  // G_i is built as a sum anyway
+  if (!parts[0].rule->dense_gradients()) return false;
+  return gradient_is_small(parts[0].d, parts[0].p, parts[0].steps());
 }
 
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& g) {
-  return rule_of(g).cheaper_norm_method(g);
+  if (g.uses.empty()) throw std::logic_error("per-sample rule: parameter '" + g.param->name + "' has no uses");
+  for (const auto* u : g.uses)
+    if (u->kind != g.uses.front()->kind) return NormMethod::materialise;  // several kinds: G_i is their sum
+  return rule_for<T>(g.uses.front()->kind).cheaper_norm_method(g);
 }
 
 template <class T>
@@ -192,24 +227,33 @@ void check_per_sample_tape(const TapeT<T>& tape, const TensorT<T>& losses, std::
 template <class T>
 ArrayT<T> per_sample_norms_squared(const ParamUses<T>& g, std::size_t batch, NormMethod method) {
   profile::Scope timed("per-sample norms");
-  const PerSampleRule<T>& rule = rule_of(g);
-  std::size_t d = 0, p = 0;
-  auto vs = views(g, batch, d, p);
-  if (method == NormMethod::automatic) method = rule.cheaper_norm_method(g);
-  return rule.norms_squared(vs, batch, d, p, method);
+  const auto parts = parts_of(g, batch);
+  if (parts.size() == 1) {
+    const Part<T>& part = parts[0];
+    if (method == NormMethod::automatic) method = part.rule->cheaper_norm_method(g);
+    return part.rule->norms_squared(part.vs, batch, part.d, part.p, method);
+  }
+  const std::size_t n = g.param->value.size();
+  ArrayT<T> r = ArrayT<T>::from_shape({batch});
+  for_samples(batch, [&](std::size_t i0, std::size_t i1) {
+    std::vector<T> gi(n), scratch;
+    for (std::size_t i = i0; i < i1; ++i) {
+      mixed_gradient(parts, i, batch, n, gi.data(), scratch);
+      r.data()[i] = sq_norm(gi.data(), n);
+    }
+  });
+  return r;
 }
 
 template <class T>
 PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
   profile::Scope timed("per-sample grads");
-  const PerSampleRule<T>& rule = rule_of(g);
-  std::size_t d = 0, p = 0;
-  auto vs = views(g, batch, d, p);
+  const auto parts = parts_of(g, batch);
   PerSampleGradients<T> r;
   r.param_shape = shape_of(g.param->value);
   r.batch = batch;
-  if (!rule.dense_gradients()) {
-    rule.sparse_gradients(vs, batch, d, p, r);
+  if (parts.size() == 1 && !parts[0].rule->dense_gradients()) {
+    parts[0].rule->sparse_gradients(parts[0].vs, batch, parts[0].d, parts[0].p, r);
     return r;
   }
   Shape s{batch};
@@ -218,7 +262,11 @@ PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, st
   const std::size_t block = numel(r.param_shape);
   T* dense = r.dense.data();
   for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) rule.gradient(vs, i, batch, d, p, dense + i * block);
+    std::vector<T> scratch;
+    for (std::size_t i = i0; i < i1; ++i) {
+      if (parts.size() == 1) parts[0].rule->gradient(parts[0].vs, i, batch, parts[0].d, parts[0].p, dense + i * block);
+      else mixed_gradient(parts, i, batch, block, dense + i * block, scratch);
+    }
   });
   return r;
 }
@@ -231,11 +279,10 @@ ArrayT<T> per_sample_gradients(const ParamUses<T>& g, std::size_t batch) {
 template <class T>
 ArrayT<T> weighted_gradient_sum(const ParamUses<T>& g, const ArrayT<T>& c) {
   profile::Scope timed("weighted sum");
-  const PerSampleRule<T>& rule = rule_of(g);
-  std::size_t batch = c.size(), d = 0, p = 0;
-  auto vs = views(g, batch, d, p);
+  const std::size_t batch = c.size();
   ArrayT<T> out = xt::zeros<T>(g.param->value.shape());
-  rule.weighted_sum(vs, c.data(), batch, d, p, out.data());
+  for (const auto& part : parts_of(g, batch))  // each part adds its sum_i c_i G_i
+    part.rule->weighted_sum(part.vs, c.data(), batch, part.d, part.p, out.data());
   return out;
 }
 

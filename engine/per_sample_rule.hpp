@@ -90,5 +90,15 @@ template <class T>
 const PerSampleRule<T>& gather_rule();  // engine/ops/gather_rules.cpp
 template <class T>
 const PerSampleRule<T>& conv_rule();    // engine/ops/conv_rules.cpp
+template <class T>
+const PerSampleRule<T>& elementwise_rule();  // engine/ops/elementwise_rules.cpp
+
+/// Notes a use of `param` by an elementwise op (y = other * param when
+/// `multiplies`, else other + param, or other - param when `negated`) whose
+/// output has shape `out` (engine/ops/elementwise_rules.cpp).
+template <class T>
+ParamUse<T>* record_elementwise_use(TapeT<T>& tape, const std::shared_ptr<Node<T>>& param,
+                                    const std::shared_ptr<Node<T>>& other, bool multiplies, bool negated,
+                                    const Shape& out, const char* op);
 
 }  // namespace dpgrad::detail

@@ -22,6 +22,8 @@ enum class UseKind {
   gather,  // y = W[ids]:         ids (B, ...), delta (B, ..., p), W (V, p)
   conv,    // y = conv(x, W):      x (B, H, W, C), delta (B, Ho, Wo, p), W (kh*kw*C, p); the
            //                      op builds G_i itself (sample_gradient), no patches are kept
+  elementwise,  // y = x * w or y = x + w (or -): w broadcast over the samples' axis 0;
+                //   G_i = sample i's dout (times x) summed over what w broadcasts over
 };
 
 template <class T>
@@ -35,6 +37,10 @@ struct ParamUse {
   std::function<void(std::size_t i, std::size_t batch, T* g)> sample_gradient;
   const char* op = "";  // the op's name, for errors
   Samples samples;      // where its input's samples were (the rules need them on axis 0)
+  // elementwise: for each element of one output row (every axis but 0), the
+  // parameter's element it reads; null when the parameter varies along axis 0
+  std::shared_ptr<const std::vector<std::uint32_t>> row_index;
+  bool negated = false;  // elementwise: y = x - w
 };
 
 /// Every use of one parameter in one forward pass: one per-sample gradient.

@@ -8,6 +8,7 @@
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
 #include "engine/parallel.hpp"
+#include "engine/per_sample_rule.hpp"
 
 namespace dpgrad {
 namespace detail {
@@ -79,6 +80,9 @@ template <class T>
 struct BinaryOp final : Op<T> {
   Binary kind;
   Shape out_shape;
+  // per-sample recording: the uses of inputs that are parameters (elementwise_rules.cpp)
+  ParamUse<T>* uses[2] = {nullptr, nullptr};
+  bool param_grads = true;
   explicit BinaryOp(Binary k) : kind(k) {}
   const char* name() const override { return kind == Binary::add ? "add" : kind == Binary::sub ? "sub" : "mul"; }
   Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>& out) const override {
@@ -123,9 +127,22 @@ struct BinaryOp final : Op<T> {
     }
     return g;
   }
+  void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
+    if (!tape.records_uses()) return;
+    param_grads = tape.param_grads();
+    for (int i = 0; i < 2; ++i)
+      if (in[i]->is_parameter)
+        uses[i] = detail::record_elementwise_use<T>(tape, in[i], in[1 - i], kind == Binary::mul,
+                                                    kind == Binary::sub && i == 1, out_shape, name());
+  }
+  bool keeps_output_grad() const override { return uses[0] || uses[1]; }
+  void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {
+    for (auto* u : uses)
+      if (u) u->delta = dout;
+  }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
     for (int i = 0; i < 2; ++i) {
-      if (!dx[i]) continue;
+      if (!dx[i] || (uses[i] && !param_grads)) continue;  // the per-sample rule builds it from the use
       if (shape_of(*x[i]) != out_shape || shape_of(*x[1 - i]) != out_shape) {  // broadcast: sum back down
         dx[i].add(unbroadcast<T>(scaled(dout, x, i), shape_of(*x[i])));
         continue;

@@ -50,15 +50,16 @@ class SharedWeightModel final : public ModelT<double> {
   D w1_, b1_, w2_, b2_;
 };
 
-/// x W + b with b added by `add`, not by linear: no per-sample rule sees b. x (B, 5).
-class AddedBiasModel final : public ModelT<double> {
+/// x W + exp(b): b reaches the output through exp, an op that records no use,
+/// so no per-sample rule sees it. x (B, 5).
+class ExpBiasModel final : public ModelT<double> {
  public:
-  explicit AddedBiasModel(Rng& rng)
+  explicit ExpBiasModel(Rng& rng)
       : w_(make_parameter<double>("w", randn<double>({5, 3}, rng, 0.5))),
         b_(make_parameter<double>("b", randn<double>({3}, rng, 0.5))) {}
-  D forward(const BatchT<double>& b) override { return add(linear(per_sample_input(b.inputs), w_), b_); }
+  D forward(const BatchT<double>& b) override { return add(linear(per_sample_input(b.inputs), w_), exp(b_)); }
   std::vector<D> parameters() const override { return {w_, b_}; }
-  std::string name() const override { return "added-bias"; }
+  std::string name() const override { return "exp-bias"; }
 
  private:
   D w_, b_;
@@ -187,7 +188,7 @@ TEST_CASE("clipping: jl:K on a small BiGRU: finite, and close to the exact clipp
 
 TEST_CASE("clipping: a parameter used outside the parametric ops is refused by the rule-based strategies") {
   FastRng init(28), data(29), rng(30);
-  AddedBiasModel model(init);
+  ExpBiasModel model(init);
   BatchT<double> batch = make_batch({4, 5}, 3, data);
   for (std::string s : {"vanilla", "ghost"}) {
     CAPTURE(s);
