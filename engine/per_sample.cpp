@@ -58,7 +58,10 @@ void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batc
     case Samples::Kind::none:
       what = "that holds no samples (a constant; mark the batch's data with per_sample_input)";
       break;
-    case Samples::Kind::mixed: what = "that mixes samples"; break;
+    case Samples::Kind::mixed:
+      what = "that mixes samples (statistics over the batch, as batch normalisation takes, mix them: GroupNorm "
+             "and LayerNorm normalise within a sample)";
+      break;
     case Samples::Kind::subset:
       what = "that holds a subset of the samples (sliced along its per-sample axis " + std::to_string(s.axis) + ")";
       break;
@@ -213,7 +216,8 @@ void check_per_sample_losses(const TensorT<T>& losses, std::size_t batch) {
   if (losses.dim() >= 1 && losses.shape()[0] == batch && (batch == 0 || (s.on_axis(0) && s.count == batch))) return;
   throw std::invalid_argument("per-sample losses of shape " + shape_str(losses.shape()) + " carry " + s.str() +
                               ", not one loss for each of the batch's " + std::to_string(batch) +
-                              " samples: the model mixes samples (batch statistics?) or moves them off axis 0 "
+                              " samples: the model mixes samples (statistics over the batch, as batch normalisation takes: "
+                              "use GroupNorm or LayerNorm, which normalise within a sample) or moves them off axis 0 "
                               "(see docs/per-sample.md); use the naive strategy");
 }
 
