@@ -14,6 +14,7 @@
 #include "layers/conv.hpp"
 #include "layers/dense.hpp"
 #include "layers/dropout.hpp"
+#include "layers/norm.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gru.hpp"
 #include "layers/losses.hpp"

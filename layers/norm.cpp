@@ -1,0 +1,90 @@
+// LayerNorm and GroupNorm (layers/norm.hpp), from engine ops only.
+#include "layers/norm.hpp"
+
+#include <numeric>
+#include <stdexcept>
+
+#include "engine/ops.hpp"
+
+namespace dpgrad {
+
+template <class T>
+TensorT<T> normalise(const TensorT<T>& x, std::vector<std::size_t> axes, double eps) {
+  if (!(eps > 0)) throw std::invalid_argument("normalise: eps must be > 0");
+  const TensorT<T> centred = sub(x, mean(x, axes, true));
+  const TensorT<T> var = mean(mul(centred, centred), axes, true);
+  // 1 / sqrt(var + eps) as exp(-log(var + eps) / 2): var + eps >= eps > 0
+  return mul(centred, exp(scale(log(add_scalar(var, T(eps))), T(-0.5))));
+}
+
+template <class T>
+LayerNormT<T>::LayerNormT(std::size_t dim, const std::string& name, double eps, bool affine) : dim_(dim), eps_(eps) {
+  if (dim == 0) throw std::invalid_argument("LayerNorm: the dimension must be positive");
+  if (!(eps > 0)) throw std::invalid_argument("LayerNorm: eps must be > 0");
+  if (affine) {
+    gain_ = make_parameter<T>(name + ".gain", xt::ones<T>({dim}));
+    shift_ = make_parameter<T>(name + ".shift", xt::zeros<T>({dim}));
+  }
+}
+
+template <class T>
+TensorT<T> LayerNormT<T>::forward(const TensorT<T>& x) {
+  if (x.dim() < 2 || x.shape().back() != dim_)
+    throw std::invalid_argument("LayerNorm(" + std::to_string(dim_) + "): input of shape " + shape_str(x.shape()) +
+                                " has no last axis of that size after the batch axis");
+  TensorT<T> y = normalise(x, {x.dim() - 1}, eps_);
+  if (gain_.defined()) y = add(mul(y, gain_), shift_);
+  return y;
+}
+
+template <class T>
+std::vector<TensorT<T>> LayerNormT<T>::parameters() const {
+  if (!gain_.defined()) return {};
+  return {gain_, shift_};
+}
+
+template <class T>
+GroupNormT<T>::GroupNormT(std::size_t channels, std::size_t groups, const std::string& name, double eps, bool affine)
+    : channels_(channels), groups_(groups), eps_(eps) {
+  if (channels == 0 || groups == 0 || channels % groups != 0)
+    throw std::invalid_argument("GroupNorm: " + std::to_string(channels) + " channels do not split into " +
+                                std::to_string(groups) + " equal groups");
+  if (!(eps > 0)) throw std::invalid_argument("GroupNorm: eps must be > 0");
+  if (affine) {
+    gain_ = make_parameter<T>(name + ".gain", xt::ones<T>({channels}));
+    shift_ = make_parameter<T>(name + ".shift", xt::zeros<T>({channels}));
+  }
+}
+
+template <class T>
+TensorT<T> GroupNormT<T>::forward(const TensorT<T>& x) {
+  if (x.dim() < 2 || x.shape().back() != channels_)
+    throw std::invalid_argument("GroupNorm(" + std::to_string(channels_) + " channels): input of shape " +
+                                shape_str(x.shape()) + " is not channels-last with that many channels");
+  // (B, ..., C) -> (B, ..., G, C / G): normalised over every axis but the batch's and the group's
+  Shape grouped = x.shape();
+  grouped.pop_back();
+  grouped.push_back(groups_);
+  grouped.push_back(channels_ / groups_);
+  std::vector<std::size_t> axes;
+  for (std::size_t a = 1; a + 2 < grouped.size(); ++a) axes.push_back(a);
+  axes.push_back(grouped.size() - 1);
+  TensorT<T> y = reshape(normalise(reshape(x, grouped), axes, eps_), x.shape());
+  if (gain_.defined()) y = add(mul(y, gain_), shift_);
+  return y;
+}
+
+template <class T>
+std::vector<TensorT<T>> GroupNormT<T>::parameters() const {
+  if (!gain_.defined()) return {};
+  return {gain_, shift_};
+}
+
+template class LayerNormT<float>;
+template class LayerNormT<double>;
+template class GroupNormT<float>;
+template class GroupNormT<double>;
+template TensorT<float> normalise(const TensorT<float>&, std::vector<std::size_t>, double);
+template TensorT<double> normalise(const TensorT<double>&, std::vector<std::size_t>, double);
+
+}  // namespace dpgrad
