@@ -15,6 +15,7 @@
 #include "layers/dense.hpp"
 #include "layers/dropout.hpp"
 #include "layers/norm.hpp"
+#include "layers/scattering.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gru.hpp"
 #include "layers/losses.hpp"

@@ -33,6 +33,10 @@ template <class T> TensorT<T> exp(const TensorT<T>& x);
 /// log x (x > 0).                            d = 1 / x
 template <class T> TensorT<T> log(const TensorT<T>& x);
 
+/// |re + i im| = sqrt(re^2 + im^2), re and im of one shape (engine/ops/modulus.cpp).
+///                                           d/d re = re / |z|, d/d im = im / |z|; 0 at z = 0
+template <class T> TensorT<T> complex_abs(const TensorT<T>& re, const TensorT<T>& im);
+
 template <class T> TensorT<T> operator+(const TensorT<T>& a, const TensorT<T>& b) { return add(a, b); }
 template <class T> TensorT<T> operator-(const TensorT<T>& a, const TensorT<T>& b) { return sub(a, b); }
 template <class T> TensorT<T> operator*(const TensorT<T>& a, const TensorT<T>& b) { return mul(a, b); }

@@ -160,6 +160,22 @@ int run(Options o, const json* resumed) {
     require(train_shape == test_shape, fmt::format("training images are {} and test images {}: they must be the same "
                                                    "size", shape_str(train_shape), shape_str(test_shape)));
   }
+  if (model_reads_scattering(o.model)) {
+    require(!data.tokens, o.model + " needs an image dataset (its input is the images' scattering transform)");
+    require(o.augment_views == 0, "--augment-views does not apply to " + o.model +
+                                      ": its features are computed once from the images, before training");
+    // the transform is fixed and data-independent: computing it once is the same model, and costs no privacy
+    const auto t_features = std::chrono::steady_clock::now();
+    auto progress = [&](std::size_t done, std::size_t total) {
+      if (!o.json_out && (done == total || done % 8192 < 512))
+        fmt::print(stderr, "  scattering features: {} / {} images\n", done, total);
+    };
+    data.train.inputs = scattering_inputs(data.train.inputs, progress);
+    data.test.inputs = scattering_inputs(data.test.inputs, progress);
+    say(fmt::format("scattering features (J = 2, L = 8): {} train and {} test images to {} in {:.0f} s",
+                    data.train.size(), data.test.size(), shape_str(shape_of(data.train.inputs)),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t_features).count()));
+  }
   FastRng init_rng(o.seed);
   Activation act = parse_activation(o.activation);
   std::unique_ptr<ModelT<float>> model;
@@ -174,6 +190,8 @@ int run(Options o, const json* resumed) {
     std::size_t in = data.train.inputs.size() / data.train.size();
     if (o.model == "logreg") model = make_mlp<float>({in, data.classes}, act, init_rng);
     else if (o.model == "mlp") model = make_mlp<float>({in, o.hidden, data.classes}, act, init_rng);
+    else if (o.model == "scatter-linear") model = make_scatter_linear<float>(init_rng, data.classes);
+    else if (o.model == "scatter-cnn") model = make_scatter_cnn<float>(act, init_rng, data.classes);
     else model = make_model<float>(o.model, init_rng, act);
   }
   const std::size_t n = data.train.size();

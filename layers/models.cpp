@@ -3,6 +3,9 @@
 // -> Dense) as ModelTs over token batches.
 #include "layers/models.hpp"
 
+#include "layers/norm.hpp"
+#include "layers/scattering.hpp"
+
 #include <stdexcept>
 
 #include "engine/ops.hpp"
@@ -176,7 +179,56 @@ std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab, std::size_t e
   return std::make_unique<BiGruClassifierT<T>>(vocab, embed, hidden, classes, rng);
 }
 
-std::vector<std::string> model_names() { return {"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru"}; }
+template <class T>
+std::unique_ptr<ModelT<T>> make_scatter_linear(Rng& rng, std::size_t classes) {
+  SequentialT<T> net;
+  net.template emplace<GroupNormT<T>>(81, 27, "gn");
+  net.template emplace<FlattenT<T>>();
+  net.template emplace<DenseT<T>>(7 * 7 * 81, classes, rng, "dense");
+  return std::make_unique<FeatureModelT<T>>("scatter-linear", std::move(net));
+}
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_t classes) {
+  SequentialT<T> net;
+  net.template emplace<GroupNormT<T>>(81, 27, "gn");
+  net.template emplace<Conv2dT<T>>(81, 32, 3, 3, 1, Padding::same(), rng, "conv");  // (B, 7, 7, 32)
+  net.template emplace<ActivationT<T>>(act);
+  net.template emplace<MaxPool2dT<T>>(2, 2);                                         // (B, 3, 3, 32)
+  net.template emplace<FlattenT<T>>();
+  net.template emplace<DenseT<T>>(3 * 3 * 32, classes, rng, "dense");
+  return std::make_unique<FeatureModelT<T>>("scatter-cnn", std::move(net));
+}
+
+bool model_reads_scattering(const std::string& name) { return name == "scatter-linear" || name == "scatter-cnn"; }
+
+template <class T>
+ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(std::size_t, std::size_t)>& progress) {
+  const Shape s = shape_of(images);
+  if (s.size() < 3 || (s.size() == 4 && s[1] != 1) || s.size() > 4)
+    throw std::invalid_argument("scattering: images of shape " + shape_str(s) +
+                                " are not (B, 1, H, W) or (B, H, W) with one channel");
+  const std::size_t b = s[0], h = s[s.size() - 2], w = s[s.size() - 1];
+  ArrayT<T> x = images;
+  x.reshape({b, h, w, std::size_t(1)});
+  ScatteringT<T> scattering(1, 2, 8);
+  const std::size_t piece = 512;
+  ArrayT<T> out = ArrayT<T>::from_shape(scattering.output_shape(shape_of(x)));
+  const std::size_t per_in = h * w, per_out = b ? out.size() / b : 0;
+  for (std::size_t b0 = 0; b0 < b; b0 += piece) {
+    const std::size_t n = std::min(piece, b - b0);
+    ArrayT<T> part = ArrayT<T>::from_shape({n, h, w, std::size_t(1)});
+    std::copy_n(x.data() + b0 * per_in, n * per_in, part.data());
+    const ArrayT<T> f = scattering.transform(part, 128);
+    std::copy_n(f.data(), n * per_out, out.data() + b0 * per_out);
+    if (progress) progress(b0 + n, b);
+  }
+  return out;
+}
+
+std::vector<std::string> model_names() {
+  return {"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "scatter-linear", "scatter-cnn"};
+}
 
 bool model_reads_tokens(const std::string& name) { return name == "bilstm598k" || name == "bigru"; }
 
@@ -188,13 +240,19 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   if (name == "cnn17m") return make_cnn17m<T>(act, rng);
   if (name == "bilstm598k") return make_bilstm598k<T>(rng);
   if (name == "bigru") return make_bigru<T>(rng);
-  throw std::invalid_argument("unknown model '" + name + "' (mlp, cnn26k, cnn17m, bilstm598k, bigru)");
+  if (name == "scatter-linear") return make_scatter_linear<T>(rng);
+  if (name == "scatter-cnn") return make_scatter_cnn<T>(act, rng);
+  throw std::invalid_argument("unknown model '" + name +
+                              "' (mlp, cnn26k, cnn17m, bilstm598k, bigru, scatter-linear, scatter-cnn)");
 }
 
 #define DPGRAD_INSTANTIATE(T)                                                                          \
   template std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t>, Activation, Rng&);           \
   template std::unique_ptr<ModelT<T>> make_cnn26k(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_cnn17m(Activation, Rng&);                                  \
+  template std::unique_ptr<ModelT<T>> make_scatter_linear(Rng&, std::size_t);                          \
+  template std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation, Rng&, std::size_t);                 \
+  template ArrayT<T> scattering_inputs(const ArrayT<T>&, const std::function<void(std::size_t, std::size_t)>&); \
   template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&, std::size_t);                             \
   template std::unique_ptr<ModelT<T>> make_bilstm(Rng&, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t); \
   template std::unique_ptr<ModelT<T>> make_bigru(Rng&, std::size_t, std::size_t, std::size_t, std::size_t);  \

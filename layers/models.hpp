@@ -4,6 +4,7 @@
 // returns a ModelT.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,7 +53,30 @@ template <class T>
 std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab = 8185, std::size_t embed = 64,
                                       std::size_t hidden = 64, std::size_t classes = 2);
 
-/// The names make_model knows: "mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru".
+/// Heads on scattering features (layers/scattering.hpp), after Tramer and Boneh
+/// (2021): the input is the scattering transform (J = 2, L = 8) of 28 x 28
+/// images, (B, 7, 7, 81), computed once before training (scattering_inputs).
+/// scatter-linear: GroupNorm(81 channels, 27 groups); Flatten (3969);
+/// Dense(classes). With 10 classes: 162 + 39,700 = 39,862 parameters.
+template <class T>
+std::unique_ptr<ModelT<T>> make_scatter_linear(Rng& rng, std::size_t classes = 10);
+/// scatter-cnn: GroupNorm(81, 27); Conv2d(32, 3x3, same) act; MaxPool(2, stride 2)
+/// (3, 3, 32); Flatten (288); Dense(classes). With 10 classes: 162 + 23,360 +
+/// 2,890 = 26,412 parameters.
+template <class T>
+std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_t classes = 10);
+
+/// True for the models that read scattering features instead of images.
+bool model_reads_scattering(const std::string& name);
+
+/// Images (B, 1, H, W) or (B, H, W) with one channel -> their scattering
+/// features (B, ceil(H/4), ceil(W/4), 81), J = 2, L = 8, in pieces;
+/// `progress(done, total)` after each piece. Data-independent: no privacy cost.
+template <class T>
+ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+/// The names make_model knows: "mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "scatter-linear",
+/// "scatter-cnn".
 std::vector<std::string> model_names();
 
 /// True for the models that read token sequences (the others read images).

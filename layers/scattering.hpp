@@ -1,0 +1,58 @@
+// The 2-D scattering transform of order 2 (Mallat 2012; Bruna and Mallat 2013;
+// the ScatterNet of Oyallon and Mallat) with the Morlet filter bank kymatio
+// defines: J scales, L angles (docs/scattering.md). It is a fixed, data-
+// independent map built from engine ops (convolutions with fixed real and
+// imaginary filters, a complex modulus, low-pass averaging): no parameters,
+// no privacy cost, and a model that starts with it keeps exact per-sample rules
+// for the layers after it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "layers/module.hpp"
+
+namespace dpgrad {
+
+/// One filter sampled on the pixel grid, for a convolution: real and imaginary
+/// parts, (2R + 1) x (2R + 1) values each, row-major, centred.
+struct ScatteringFilter {
+  std::size_t radius = 0;
+  std::vector<double> re, im;
+};
+
+/// Kymatio's Morlet wavelet psi_{j, l} (scale j, angle index l of L), sampled at
+/// spacing 2^res (a map already subsampled by 2^res), amplitude 4^res.
+ScatteringFilter morlet_filter(int j, int l, int L, int res);
+/// The Gaussian low-pass filter phi_J at spacing 2^res.
+ScatteringFilter lowpass_filter(int J, int res);
+
+/// x (B, H, W, C) channels-last -> (B, ceil(H / 2^J), ceil(W / 2^J), C K), K =
+/// 1 + J L + L^2 J (J - 1) / 2 coefficients per input channel, in the order:
+/// S0; S1 for j1 = 0..J-1, l1 = 0..L-1; S2 for j1 < j2, l1, l2 (l2 fastest).
+template <class T>
+class ScatteringT final : public LayerT<T> {
+ public:
+  ScatteringT(std::size_t channels = 1, int J = 2, int L = 8);
+  TensorT<T> forward(const TensorT<T>& x) override;
+  std::size_t coefficients() const;  // K per input channel
+  Shape output_shape(const Shape& in) const;
+  /// The transform of a data set's images (B, H, W, C) in pieces of `chunk`,
+  /// recording nothing: features computed once before training (the transform
+  /// is fixed and data-independent, so this is the same model, run faster).
+  ArrayT<T> transform(const ArrayT<T>& images, std::size_t chunk = 256);
+
+ private:
+  TensorT<T> scatter_one_channel(const TensorT<T>& x) const;  // (N, H, W, 1) -> (N, h, w, K)
+  std::size_t channels_;
+  int J_, L_;
+  // [res][j]: psi_j as conv weights (k*k, 2L): L real parts, then L imaginary parts
+  std::vector<std::vector<ArrayT<T>>> psi_;
+  std::vector<std::vector<std::size_t>> psi_radius_;
+  std::vector<ArrayT<T>> phi_;  // [res]: (k*k, 1)
+  std::vector<std::size_t> phi_radius_;
+};
+
+using Scattering = ScatteringT<float>;
+
+}  // namespace dpgrad
