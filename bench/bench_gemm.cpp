@@ -42,6 +42,11 @@ std::vector<GemmShape> step_gemms(const std::string& model, std::size_t b, std::
     if (length > 1) add_linear(g, "lstm recurrent", b, 64, 256, true, 2 * (length - 1));
     add_linear(g, "dense1", b, 128, 64, true);
     add_linear(g, "dense2", b, 64, 2, true);
+  } else if (model == "scatter-linear") {
+    add_linear(g, "dense", b, 7 * 7 * 81, 10, true);
+  } else if (model == "scatter-cnn") {
+    add_linear(g, "conv", b * 7 * 7, 3 * 3 * 81, 32, true);  // im2col rows (B*7*7, 729)
+    add_linear(g, "dense", b, 288, 10, true);
   } else {
     throw std::invalid_argument("no GEMM shapes for model '" + model + "'");
   }

@@ -71,6 +71,13 @@ void require(bool ok, const std::string& msg) {
 
 BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t seed) {
   if (model == "bilstm598k") return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
+  if (model_reads_scattering(model)) {  // the heads' input: features computed once, before training
+    BatchT<float> batch = data::synthetic_images(b, seed);
+    FastRng rng(seed + 1);
+    batch.inputs = ArrayT<float>::from_shape({b, 7, 7, 81});
+    for (auto& v : batch.inputs) v = float(rng.normal());
+    return batch;
+  }
   return data::synthetic_images(b, seed);
 }
 
@@ -802,6 +809,9 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
     add_speed(p);
     p.models = {"bilstm598k"};
     if (!given.count("--steps")) p.steps = 5;
+    add_speed(p);
+    p.models = {"scatter-linear", "scatter-cnn"};  // heads on scattering features
+    if (!given.count("--steps")) p.steps = 30;
     add_speed(p);
     p.models = {"cnn17m"};
     p.methods = {"none", "ghost", "jl:5", "vanilla"};
