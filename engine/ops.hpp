@@ -18,6 +18,9 @@ template <class T> TensorT<T> add(const TensorT<T>& a, const TensorT<T>& b);
 template <class T> TensorT<T> sub(const TensorT<T>& a, const TensorT<T>& b);
 /// a * b, numpy broadcasting.                d/da = b, d/db = a
 template <class T> TensorT<T> mul(const TensorT<T>& a, const TensorT<T>& b);
+/// a / b, numpy broadcasting.                d/da = 1 / b, d/db = -a / b^2
+/// (a parameter used as a divisor has no per-sample rule: the exact strategies refuse it)
+template <class T> TensorT<T> div(const TensorT<T>& a, const TensorT<T>& b);
 /// c * x.                                    d = c
 template <class T> TensorT<T> scale(const TensorT<T>& x, T c);
 /// x + c.                                    d = 1
@@ -32,6 +35,37 @@ template <class T> TensorT<T> sigmoid(const TensorT<T>& x);
 template <class T> TensorT<T> exp(const TensorT<T>& x);
 /// log x (x > 0).                            d = 1 / x
 template <class T> TensorT<T> log(const TensorT<T>& x);
+
+// ---- more elementwise maps (engine/ops/math.cpp) ----
+/// sqrt(x), x >= 0.                          d = 1 / (2 sqrt x): +inf at 0
+template <class T> TensorT<T> sqrt(const TensorT<T>& x);
+/// 1 / sqrt(x), x > 0.                       d = -x^(-3/2) / 2
+template <class T> TensorT<T> rsqrt(const TensorT<T>& x);
+/// x^p for a scalar p (x > 0 unless p is a whole number).   d = p x^(p-1) (0 when p = 0)
+template <class T> TensorT<T> pow(const TensorT<T>& x, T p);
+/// |x|.                                      d = sign(x); at 0 the subgradient 0
+template <class T> TensorT<T> abs(const TensorT<T>& x);
+/// GELU, exactly: x Phi(x), Phi the standard normal CDF.   d = Phi(x) + x phi(x)
+template <class T> TensorT<T> gelu(const TensorT<T>& x);
+
+// ---- along one axis (engine/ops/softmax.cpp) ----
+/// exp(x) / sum exp(x) along `axis`, with the maximum subtracted first.
+///                                           vjp: y (g - sum(g y)); along the samples' axis it mixes them
+template <class T> TensorT<T> softmax(const TensorT<T>& x, std::size_t axis);
+/// x - log sum exp(x) along `axis`, stable.  vjp: g - softmax(x) sum(g)
+template <class T> TensorT<T> log_softmax(const TensorT<T>& x, std::size_t axis);
+/// The maximum along `axis`. The derivative is taken at the first maximal
+/// element along the axis (ties: the lowest index gets all of it).
+template <class T> TensorT<T> max(const TensorT<T>& x, std::size_t axis, bool keepdims = false);
+
+// ---- products of activations, masks (engine/ops/batched.cpp) ----
+/// a (..., m, k) x b (..., k, n) -> (..., m, n), the leading axes equal (one
+/// product per leading index); with transpose_b, b is (..., n, k) and b^T is used.
+///                                           da = g b^T, db = a^T g
+template <class T> TensorT<T> matmul(const TensorT<T>& a, const TensorT<T>& b, bool transpose_b = false);
+/// x where mask == 0, `value` where mask != 0; mask broadcasts to x's shape and
+/// is a constant. No gradient or tangent reaches x where it is masked.
+template <class T> TensorT<T> masked_fill(const TensorT<T>& x, const ArrayT<T>& mask, T value);
 
 /// |re + i im| = sqrt(re^2 + im^2), re and im of one shape (engine/ops/modulus.cpp).
 ///                                           d/d re = re / |z|, d/d im = im / |z|; 0 at z = 0

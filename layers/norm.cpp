@@ -13,8 +13,7 @@ TensorT<T> normalise(const TensorT<T>& x, std::vector<std::size_t> axes, double 
   if (!(eps > 0)) throw std::invalid_argument("normalise: eps must be > 0");
   const TensorT<T> centred = sub(x, mean(x, axes, true));
   const TensorT<T> var = mean(mul(centred, centred), axes, true);
-  // 1 / sqrt(var + eps) as exp(-log(var + eps) / 2): var + eps >= eps > 0
-  return mul(centred, exp(scale(log(add_scalar(var, T(eps))), T(-0.5))));
+  return mul(centred, rsqrt(add_scalar(var, T(eps))));  // var + eps >= eps > 0
 }
 
 template <class T>

@@ -71,7 +71,7 @@ ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
   return r;
 }
 
-enum class Binary { add, sub, mul };
+enum class Binary { add, sub, mul, div };
 
 // Elementwise kernels split across the engine's threads in pieces of at least this many values.
 constexpr std::size_t kElementGrain = 1 << 15;
@@ -84,7 +84,9 @@ struct BinaryOp final : Op<T> {
   ParamUse<T>* uses[2] = {nullptr, nullptr};
   bool param_grads = true;
   explicit BinaryOp(Binary k) : kind(k) {}
-  const char* name() const override { return kind == Binary::add ? "add" : kind == Binary::sub ? "sub" : "mul"; }
+  const char* name() const override {
+    return kind == Binary::add ? "add" : kind == Binary::sub ? "sub" : kind == Binary::mul ? "mul" : "div";
+  }
   Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>& out) const override {
     if (in[0] == in[1] && x[0]->shape() == x[1]->shape()) return in[0];
     const auto shapes = detail::shapes_of(x);
@@ -98,6 +100,7 @@ struct BinaryOp final : Op<T> {
         case Binary::add: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] + b[i]; break;
         case Binary::sub: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] - b[i]; break;
         case Binary::mul: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] * b[i]; break;
+        case Binary::div: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] / b[i]; break;
       }
     });
   }
@@ -116,7 +119,12 @@ struct BinaryOp final : Op<T> {
   /// d out / d input `which`, times dout, still in the output's shape.
   ArrayT<T> scaled(const ArrayT<T>& dout, Values<T> x, int which) const {
     ArrayT<T> g = dout;
-    if (kind == Binary::mul) {
+    if (kind == Binary::div) {  // d/da = 1 / b, d/db = -a / b^2
+      ArrayT<T> a = expand(*x[0], out_shape), b = expand(*x[1], out_shape);
+      const T *pa = a.data(), *pb = b.data();
+      T* pg = g.data();
+      for (std::size_t i = 0; i < g.size(); ++i) pg[i] = which == 0 ? pg[i] / pb[i] : -pg[i] * pa[i] / (pb[i] * pb[i]);
+    } else if (kind == Binary::mul) {
       ArrayT<T> other = expand(*x[1 - which], out_shape);
       const T* po = other.data();
       T* pg = g.data();
@@ -128,7 +136,7 @@ struct BinaryOp final : Op<T> {
     return g;
   }
   void on_record(TapeT<T>& tape, std::span<const std::shared_ptr<Node<T>>> in) override {
-    if (!tape.records_uses()) return;
+    if (!tape.records_uses() || kind == Binary::div) return;  // a divisor has no per-sample rule
     param_grads = tape.param_grads();
     for (int i = 0; i < 2; ++i)
       if (in[i]->is_parameter)
@@ -154,10 +162,14 @@ struct BinaryOp final : Op<T> {
       const T* pd = dout.data();
       const T* po = x[1 - i]->data();
       const T sign = kind == Binary::sub && i == 1 ? T(-1) : T(1);
-      const bool mul = kind == Binary::mul;
+      const bool mul = kind == Binary::mul, div = kind == Binary::div;
+      const T* pa = x[0]->data();
+      const T* pb = x[1]->data();
       parallel::for_range(g.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
         for (std::size_t l = i0; l < i1; ++l) {
-          const T v = mul ? pd[l] * po[l] : sign * pd[l];
+          const T v = div  ? (i == 0 ? pd[l] / pb[l] : -pd[l] * pa[l] / (pb[l] * pb[l]))
+                      : mul ? pd[l] * po[l]
+                            : sign * pd[l];
           pg[l] = fresh ? v : pg[l] + v;
         }
       });
@@ -173,13 +185,13 @@ struct BinaryOp final : Op<T> {
       const T* pa = x[0]->data();
       const T* pb = x[1]->data();
       const T sb = kind == Binary::sub ? T(-1) : T(1);
-      const bool mul = kind == Binary::mul;
+      const bool mul = kind == Binary::mul, div = kind == Binary::div;
       parallel::for_range(k * n, kElementGrain, [&](std::size_t i0, std::size_t i1) {
         for (std::size_t l = i0; l < i1;) {  // runs within one tangent: e is the primal's element
           const std::size_t stop = std::min(i1, (l / n + 1) * n);
           for (std::size_t e = l % n; l < stop; ++l, ++e) {
             const T da = ta ? ta[l] : T(0), db = tb ? tb[l] : T(0);
-            pr[l] = mul ? da * pb[e] + pa[e] * db : da + sb * db;
+            pr[l] = div ? (da - pa[e] / pb[e] * db) / pb[e] : mul ? da * pb[e] + pa[e] * db : da + sb * db;
           }
         }
       });
@@ -196,7 +208,13 @@ struct BinaryOp final : Op<T> {
       if (!d[i]) continue;
       ArrayT<T> t = broadcast_tangent<T>(*d[i], out_shape);  // (k, ...out)
       const T* pt = t.data();
-      if (kind == Binary::mul) {
+      if (kind == Binary::div) {
+        ArrayT<T> a = expand(*x[0], out_shape), b = expand(*x[1], out_shape);
+        const T *pa = a.data(), *pb = b.data();
+        for (std::size_t j = 0; j < k; ++j)
+          for (std::size_t l = 0; l < n; ++l)
+            pr[j * n + l] += i == 0 ? pt[j * n + l] / pb[l] : -pt[j * n + l] * pa[l] / (pb[l] * pb[l]);
+      } else if (kind == Binary::mul) {
         ArrayT<T> other = expand(*x[1 - i], out_shape);
         const T* po = other.data();
         for (std::size_t j = 0; j < k; ++j)
@@ -333,6 +351,7 @@ TensorT<T> unary(Unary k, const TensorT<T>& x, T c = T(1)) {
 template <class T> TensorT<T> add(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::add, a, b); }
 template <class T> TensorT<T> sub(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::sub, a, b); }
 template <class T> TensorT<T> mul(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::mul, a, b); }
+template <class T> TensorT<T> div(const TensorT<T>& a, const TensorT<T>& b) { return binary(Binary::div, a, b); }
 template <class T> TensorT<T> scale(const TensorT<T>& x, T c) { return unary(Unary::scale, x, c); }
 template <class T> TensorT<T> add_scalar(const TensorT<T>& x, T c) { return unary(Unary::shift, x, c); }
 template <class T> TensorT<T> relu(const TensorT<T>& x) { return unary(Unary::relu, x); }
@@ -345,6 +364,7 @@ template <class T> TensorT<T> log(const TensorT<T>& x) { return unary(Unary::log
   template TensorT<T> add(const TensorT<T>&, const TensorT<T>&);           \
   template TensorT<T> sub(const TensorT<T>&, const TensorT<T>&);           \
   template TensorT<T> mul(const TensorT<T>&, const TensorT<T>&);           \
+  template TensorT<T> div(const TensorT<T>&, const TensorT<T>&);           \
   template TensorT<T> scale(const TensorT<T>&, T);                         \
   template TensorT<T> add_scalar(const TensorT<T>&, T);                    \
   template TensorT<T> relu(const TensorT<T>&);                             \
