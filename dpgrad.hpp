@@ -16,6 +16,7 @@
 #include "layers/dropout.hpp"
 #include "layers/norm.hpp"
 #include "layers/scattering.hpp"
+#include "layers/attention.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gru.hpp"
 #include "layers/losses.hpp"

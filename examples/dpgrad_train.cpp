@@ -182,9 +182,16 @@ int run(Options o, const json* resumed) {
   if (model_reads_tokens(o.model)) {
     require(data.tokens, o.model + " needs a text dataset (spamassassin, text:PATH, synthetic-text)");
     // the output layer has one unit per class of the data
-    model = o.model == "bilstm598k" ? make_bilstm598k<float>(init_rng, data.classes)
-            : o.model == "bigru"    ? make_bigru<float>(init_rng, 8185, 64, 64, data.classes)
-                                    : make_model<float>(o.model, init_rng, act);
+    if (o.model == "transformer") {
+      TransformerOptions to;
+      to.length = data.train.tokens.shape()[1];
+      to.classes = data.classes;
+      model = make_transformer<float>(init_rng, to);
+    } else {
+      model = o.model == "bilstm598k" ? make_bilstm598k<float>(init_rng, data.classes)
+              : o.model == "bigru"    ? make_bigru<float>(init_rng, 8185, 64, 64, data.classes)
+                                      : make_model<float>(o.model, init_rng, act);
+    }
   } else {
     require(!data.tokens, o.model + " needs an image dataset; use bilstm598k or bigru for text");
     std::size_t in = data.train.inputs.size() / data.train.size();

@@ -3,6 +3,7 @@
 // -> Dense) as ModelTs over token batches.
 #include "layers/models.hpp"
 
+#include "layers/attention.hpp"
 #include "layers/norm.hpp"
 #include "layers/scattering.hpp"
 
@@ -173,6 +174,61 @@ class BiGruClassifierT final : public ModelT<T> {
 };
 }  // namespace
 
+namespace {
+/// Embedding + positions -> pre-LN blocks -> LayerNorm -> mean over each
+/// sequence's own positions -> Dense, over batch.tokens (B, L).
+template <class T>
+class TransformerClassifierT final : public ModelT<T> {
+ public:
+  TransformerClassifierT(const TransformerOptions& o, Rng& rng)
+      : length_(o.length),
+        embedding_(o.vocab, o.dim, rng, "embedding", 0),
+        positions_(o.length, o.dim, rng, "positions"),
+        norm_(o.dim, "final_norm"),
+        dense_(o.dim, o.classes, rng, "dense") {
+    for (std::size_t i = 0; i < o.blocks; ++i)
+      blocks_.emplace_back(o.dim, o.heads, o.hidden, rng, "block" + std::to_string(i + 1));
+  }
+  TensorT<T> forward(const BatchT<T>& batch) override {
+    const std::vector<std::int32_t> lengths = token_lengths(batch, name());
+    const std::size_t b = lengths.size(), len = batch.tokens.shape()[1];
+    const ArrayT<T> mask = key_padding_mask<T>(lengths, len);
+    TensorT<T> h = positions_.forward(embedding_.forward(batch.tokens));  // (B, L, d)
+    for (auto& block : blocks_) h = block.forward(h, mask);
+    h = norm_.forward(h);
+    // the mean over each sequence's real positions: weights 1 / length there, 0 on padding
+    ArrayT<T> weights = xt::zeros<T>({b, len, std::size_t(1)});
+    for (std::size_t i = 0; i < b; ++i)
+      for (std::int32_t t = 0; t < lengths[i]; ++t) weights(i, std::size_t(t), 0) = T(1) / T(lengths[i]);
+    return dense_.forward(sum(mul(h, constant(std::move(weights))), {1}));  // (B, classes)
+  }
+  std::vector<TensorT<T>> parameters() const override {
+    std::vector<TensorT<T>> ps = embedding_.parameters();
+    for (auto& p : positions_.parameters()) ps.push_back(p);
+    for (const auto& block : blocks_)
+      for (auto& p : block.parameters()) ps.push_back(p);
+    for (auto& p : norm_.parameters()) ps.push_back(p);
+    for (auto& p : dense_.parameters()) ps.push_back(p);
+    return ps;
+  }
+  std::string name() const override { return "transformer"; }
+
+ private:
+  std::size_t length_;
+  EmbeddingT<T> embedding_;
+  PositionalEmbeddingT<T> positions_;
+  std::vector<TransformerBlockT<T>> blocks_;
+  LayerNormT<T> norm_;
+  DenseT<T> dense_;
+};
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_transformer(Rng& rng, const TransformerOptions& options) {
+  if (options.blocks == 0) throw std::invalid_argument("transformer: needs at least one block");
+  return std::make_unique<TransformerClassifierT<T>>(options, rng);
+}
+
 template <class T>
 std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab, std::size_t embed, std::size_t hidden,
                                       std::size_t classes) {
@@ -227,10 +283,12 @@ ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(st
 }
 
 std::vector<std::string> model_names() {
-  return {"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "scatter-linear", "scatter-cnn"};
+  return {"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "transformer", "scatter-linear", "scatter-cnn"};
 }
 
-bool model_reads_tokens(const std::string& name) { return name == "bilstm598k" || name == "bigru"; }
+bool model_reads_tokens(const std::string& name) {
+  return name == "bilstm598k" || name == "bigru" || name == "transformer";
+}
 
 template <class T>
 std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act,
@@ -240,10 +298,11 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   if (name == "cnn17m") return make_cnn17m<T>(act, rng);
   if (name == "bilstm598k") return make_bilstm598k<T>(rng);
   if (name == "bigru") return make_bigru<T>(rng);
+  if (name == "transformer") return make_transformer<T>(rng);
   if (name == "scatter-linear") return make_scatter_linear<T>(rng);
   if (name == "scatter-cnn") return make_scatter_cnn<T>(act, rng);
   throw std::invalid_argument("unknown model '" + name +
-                              "' (mlp, cnn26k, cnn17m, bilstm598k, bigru, scatter-linear, scatter-cnn)");
+                              "' (mlp, cnn26k, cnn17m, bilstm598k, bigru, transformer, scatter-linear, scatter-cnn)");
 }
 
 #define DPGRAD_INSTANTIATE(T)                                                                          \
@@ -251,6 +310,7 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   template std::unique_ptr<ModelT<T>> make_cnn26k(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_cnn17m(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_scatter_linear(Rng&, std::size_t);                          \
+  template std::unique_ptr<ModelT<T>> make_transformer(Rng&, const TransformerOptions&);               \
   template std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation, Rng&, std::size_t);                 \
   template ArrayT<T> scattering_inputs(const ArrayT<T>&, const std::function<void(std::size_t, std::size_t)>&); \
   template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&, std::size_t);                             \

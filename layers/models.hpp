@@ -53,6 +53,19 @@ template <class T>
 std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab = 8185, std::size_t embed = 64,
                                       std::size_t hidden = 64, std::size_t classes = 2);
 
+/// A transformer text classifier's sizes. The defaults are "transformer": 2
+/// pre-LN blocks of d 64, 4 heads, MLP 256, over hashed tokens (8185) padded to 150.
+struct TransformerOptions {
+  std::size_t vocab = 8185, length = 150, dim = 64, heads = 4, hidden = 256, blocks = 2, classes = 2;
+};
+/// Tokens (B, L) padded with 0 and their lengths: Embedding(vocab, d, padding 0)
+/// plus learned positions (L, d); `blocks` pre-LN encoder blocks with the
+/// padding masked out of attention; LayerNorm; the mean over each sequence's
+/// positions; Dense(classes). The defaults: 523,840 + 9,600 + 2 * 49,984 +
+/// 128 + 130 = 633,666 parameters.
+template <class T>
+std::unique_ptr<ModelT<T>> make_transformer(Rng& rng, const TransformerOptions& options = {});
+
 /// Heads on scattering features (layers/scattering.hpp), after Tramer and Boneh
 /// (2021): the input is the scattering transform (J = 2, L = 8) of 28 x 28
 /// images, (B, 7, 7, 81), computed once before training (scattering_inputs).

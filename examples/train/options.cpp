@@ -93,7 +93,7 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   Options& o = r.options;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
   dpgrad::name_cli_errors(app, "dpgrad-train");
-  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru, scatter-linear, scatter-cnn (on the images' scattering transform)")->capture_default_str();
+  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru, transformer, scatter-linear, scatter-cnn (on the images' scattering transform)")->capture_default_str();
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
   app.add_option("--vocab-file", o.vocab_file,
