@@ -42,6 +42,16 @@ std::vector<GemmShape> step_gemms(const std::string& model, std::size_t b, std::
     if (length > 1) add_linear(g, "lstm recurrent", b, 64, 256, true, 2 * (length - 1));
     add_linear(g, "dense1", b, 128, 64, true);
     add_linear(g, "dense2", b, 64, 2, true);
+  } else if (model == "transformer") {
+    // per block: q, k, v, out (d x d) and the MLP (d x 4d, 4d x d) over every position;
+    // the attention products q k^T and weights x v are products of activations, per head
+    const std::size_t d = 64, heads = 4, dk = d / heads, blocks = 2;
+    add_linear(g, "attention projections", b * length, d, d, true, 4 * blocks);
+    add_linear(g, "mlp up", b * length, d, 4 * d, true, blocks);
+    add_linear(g, "mlp down", b * length, 4 * d, d, true, blocks);
+    g.push_back({false, true, length, length, dk, b * heads * blocks, "scores q k^T fwd"});
+    g.push_back({false, false, length, dk, length, b * heads * blocks, "weighted values fwd"});
+    add_linear(g, "dense", b, d, 2, true);
   } else if (model == "scatter-linear") {
     add_linear(g, "dense", b, 7 * 7 * 81, 10, true);
   } else if (model == "scatter-cnn") {

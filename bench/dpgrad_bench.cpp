@@ -70,7 +70,7 @@ void require(bool ok, const std::string& msg) {
 // ---------------------------------------------------------------- child side
 
 BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t seed) {
-  if (model == "bilstm598k") return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
+  if (model_reads_tokens(model)) return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
   if (model_reads_scattering(model)) {  // the heads' input: features computed once, before training
     BatchT<float> batch = data::synthetic_images(b, seed);
     FastRng rng(seed + 1);
@@ -808,6 +808,9 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
     if (!given.count("--steps")) p.steps = 30;
     add_speed(p);
     p.models = {"bilstm598k"};
+    if (!given.count("--steps")) p.steps = 5;
+    add_speed(p);
+    p.models = {"transformer"};
     if (!given.count("--steps")) p.steps = 5;
     add_speed(p);
     p.models = {"scatter-linear", "scatter-cnn"};  // heads on scattering features
