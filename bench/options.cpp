@@ -75,13 +75,8 @@ Parsed parse_bench_options(int argc, const char* const* argv) {
   app.add_option("--child", o.child)->group("");
   app.add_option("--child-method", o.child_method)->group("");
   app.add_option("--child-as-limit", o.child_as_limit)->group("");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    p.exit_code = code == 0 ? 0 : 2;
-    return p;
-  }
+  p.exit_code = parse_arguments(app, argc, argv);
+  if (p.exit_code) return p;
   for (const auto* opt : app.get_options())
     if (opt->count() > 0) p.given.insert(opt->get_name());
   return p;

@@ -10,7 +10,6 @@
 // replaces the k-th file of a valid checkpoint of that run (state.json, the
 // arrays, manifest.json, latest), the others stay as saved. Every problem must
 // be a CheckpointError; anything else (a crash, another exception, a hang) is a bug.
-#include <sodium.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,7 +91,6 @@ struct Fixture {
   std::vector<Template> templates;
 
   Fixture() {
-    if (sodium_init() < 0) std::abort();
     char pattern[] = "/tmp/dpgrad-fuzz-checkpoint-XXXXXX";
     if (!mkdtemp(pattern)) std::abort();
     root = pattern;
@@ -134,17 +132,6 @@ struct Fixture {
   }
 };
 
-std::string blake2b_hex(const std::string& bytes) {
-  unsigned char h[32];
-  crypto_generichash(h, sizeof(h), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr, 0);
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : h) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -171,7 +158,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       json listed = json::object();
       for (const auto& [other, content] : files)
         if (other != "manifest.json" && other != "../latest")
-          listed[other] = {{"bytes", content.size()}, {"blake2b", blake2b_hex(content)}};
+          listed[other] = {{"bytes", content.size()}, {"blake2b", checkpoint_file_hash(content)}};
       m["files"] = listed;
       bytes = m.dump();
     }

@@ -16,14 +16,25 @@ TensorT<T> normalise(const TensorT<T>& x, std::vector<std::size_t> axes, double 
   return mul(centred, rsqrt(add_scalar(var, T(eps))));  // var + eps >= eps > 0
 }
 
+namespace {
+/// A normalisation's gain (ones) and shift (zeros) over n channels.
+template <class T>
+void affine(const std::string& name, std::size_t n, TensorT<T>& gain, TensorT<T>& shift) {
+  gain = make_parameter<T>(name + ".gain", xt::ones<T>({n}));
+  shift = make_parameter<T>(name + ".shift", xt::zeros<T>({n}));
+}
+template <class T>
+std::vector<TensorT<T>> affine_parameters(const TensorT<T>& gain, const TensorT<T>& shift) {
+  if (!gain.defined()) return {};
+  return {gain, shift};
+}
+}  // namespace
+
 template <class T>
 LayerNormT<T>::LayerNormT(std::size_t dim, const std::string& name, double eps, bool affine) : dim_(dim), eps_(eps) {
   if (dim == 0) throw std::invalid_argument("LayerNorm: the dimension must be positive");
   if (!(eps > 0)) throw std::invalid_argument("LayerNorm: eps must be > 0");
-  if (affine) {
-    gain_ = make_parameter<T>(name + ".gain", xt::ones<T>({dim}));
-    shift_ = make_parameter<T>(name + ".shift", xt::zeros<T>({dim}));
-  }
+  if (affine) dpgrad::affine(name, dim, gain_, shift_);
 }
 
 template <class T>
@@ -38,8 +49,7 @@ TensorT<T> LayerNormT<T>::forward(const TensorT<T>& x) {
 
 template <class T>
 std::vector<TensorT<T>> LayerNormT<T>::parameters() const {
-  if (!gain_.defined()) return {};
-  return {gain_, shift_};
+  return affine_parameters(gain_, shift_);
 }
 
 template <class T>
@@ -49,10 +59,7 @@ GroupNormT<T>::GroupNormT(std::size_t channels, std::size_t groups, const std::s
     throw std::invalid_argument("GroupNorm: " + std::to_string(channels) + " channels do not split into " +
                                 std::to_string(groups) + " equal groups");
   if (!(eps > 0)) throw std::invalid_argument("GroupNorm: eps must be > 0");
-  if (affine) {
-    gain_ = make_parameter<T>(name + ".gain", xt::ones<T>({channels}));
-    shift_ = make_parameter<T>(name + ".shift", xt::zeros<T>({channels}));
-  }
+  if (affine) dpgrad::affine(name, channels, gain_, shift_);
 }
 
 template <class T>
@@ -75,8 +82,7 @@ TensorT<T> GroupNormT<T>::forward(const TensorT<T>& x) {
 
 template <class T>
 std::vector<TensorT<T>> GroupNormT<T>::parameters() const {
-  if (!gain_.defined()) return {};
-  return {gain_, shift_};
+  return affine_parameters(gain_, shift_);
 }
 
 template class LayerNormT<float>;

@@ -35,18 +35,6 @@ constexpr int kVersion = 1;
 
 [[noreturn]] void fail(const std::string& what) { throw CheckpointError("checkpoint: " + what); }
 
-std::string hex_hash(const std::string& bytes) {
-  if (sodium_init() < 0) fail("libsodium failed to initialise");
-  unsigned char h[32];
-  crypto_generichash(h, sizeof(h), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr, 0);
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : h) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
 
 void fsync_path(const fs::path& p, bool directory) {
   int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -144,7 +132,7 @@ class Writer {
     fs::path p = root_ / rel;
     fs::create_directories(p.parent_path());
     write_file(p, bytes);
-    files_[rel] = {{"bytes", bytes.size()}, {"blake2b", hex_hash(bytes)}};
+    files_[rel] = {{"bytes", bytes.size()}, {"blake2b", checkpoint_file_hash(bytes)}};
   }
   template <class T>
   void add_array(const std::string& rel, const ArrayT<T>& a) {
@@ -191,7 +179,7 @@ class Reader {
     if (b.size() != expected)
       fail(p.string() + " has " + std::to_string(b.size()) + " bytes; the manifest says " + std::to_string(expected) +
            " (truncated or modified)");
-    if (hex_hash(b) != info.value("blake2b", ""))
+    if (checkpoint_file_hash(b) != info.value("blake2b", ""))
       fail(p.string() + " does not match its hash in the manifest (corrupted or modified)");
     return b;
   }
@@ -228,6 +216,19 @@ class Reader {
 };
 
 }  // namespace
+
+std::string checkpoint_file_hash(const std::string& bytes) {
+  if (sodium_init() < 0) fail("libsodium failed to initialise");
+  unsigned char h[32];
+  crypto_generichash(h, sizeof(h), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr, 0);
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : h) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
 
 CheckpointDir::CheckpointDir(fs::path dir, int keep) : dir_(std::move(dir)), keep_(keep < 1 ? 1 : keep) {}
 

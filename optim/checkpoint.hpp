@@ -50,6 +50,10 @@ struct TrainingStateT {
   std::map<std::string, ArrayT<T>*> arrays;  // further named arrays (parameter averages, ...)
 };
 
+/// The hash a checkpoint's manifest gives each file: BLAKE2b-256 of its bytes
+/// (libsodium), in lower-case hex.
+std::string checkpoint_file_hash(const std::string& bytes);
+
 class CheckpointDir {
  public:
   explicit CheckpointDir(std::filesystem::path dir, int keep = 1);

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,18 @@ inline void name_cli_errors(CLI::App& app, const std::string& program) {
   app.failure_message([program](const CLI::App*, const CLI::Error& e) {
     return program + ": error: " + e.what() + "\nRun with --help for more information.\n";
   });
+}
+
+/// Parses argv into `app`: nullopt to go on, or the exit status for --help (0)
+/// and for a command-line error (2), with the message already printed.
+inline std::optional<int> parse_arguments(CLI::App& app, int argc, const char* const* argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  return std::nullopt;
 }
 
 /// Whole numbers >= 0 given to count options: "-1" would otherwise wrap around

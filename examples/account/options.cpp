@@ -60,13 +60,8 @@ Parsed parse_account_options(int argc, const char* const* argv) {
   o_epochs->excludes(o_steps);
   o_sigma->excludes(o_target);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    parsed.exit_code = code == 0 ? 0 : 2;
-    return parsed;
-  }
+  parsed.exit_code = parse_arguments(app, argc, argv);
+  if (parsed.exit_code) return parsed;
 
   // ---- validation: every problem names the value ----
   if (o_sampler->count() && sampler != "poisson" && sampler != "fixed" && sampler != "shuffle")

@@ -38,13 +38,8 @@ Parsed parse_audit_options(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the model and data (the noise is from the secure generator)")->check(whole_number());
   app.add_flag("--json", p.json, "one JSON object on stdout");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    p.exit_code = code == 0 ? 0 : 2;
-    return p;
-  }
+  p.exit_code = parse_arguments(app, argc, argv);
+  if (p.exit_code) return p;
   c.fault = audit_fault_from_string(fault);
   check_audit_config(c);
   return p;

@@ -70,13 +70,8 @@ Parsed parse_logreg_options(int argc, const char* const* argv) {
                "noise from a generator seeded by --seed, so that results repeat: NOT private (the noise can be "
                "recomputed from the seed); default: the secure generator");
   app.add_flag("--json", o.json_out, "print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    p.exit_code = code == 0 ? 0 : 2;
-    return p;
-  }
+  p.exit_code = parse_arguments(app, argc, argv);
+  if (p.exit_code) return p;
   check(o);
   return p;
 }

@@ -170,13 +170,8 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   app.add_flag("--resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)");
   app.add_option("--plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)");
   app.add_flag("--demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    r.exit_code = code == 0 ? 0 : 2;
-    return r;
-  }
+  r.exit_code = parse_arguments(app, argc, argv);
+  if (r.exit_code) return r;
   for_each_run_option(o, [&](const char* flag, auto&) {
     if (app.count(std::string("--") + flag) > 0) r.given.insert(flag);
   });

@@ -2,7 +2,6 @@
 // its manifest names only files inside it, only regular files are read and never
 // more bytes than the manifest says, npy arrays are parsed defensively, and one
 // run at a time holds a checkpoint directory.
-#include <sodium.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -33,18 +32,6 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-std::string blake2b_hex(const std::string& bytes) {
-  REQUIRE(sodium_init() >= 0);
-  unsigned char h[32];
-  crypto_generichash(h, sizeof(h), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr, 0);
-  std::string out;
-  for (unsigned char c : h) {
-    static const char* d = "0123456789abcdef";
-    out.push_back(d[c >> 4]);
-    out.push_back(d[c & 15]);
-  }
-  return out;
-}
 
 /// The latest checkpoint's folder in `dir`.
 fs::path latest(const fs::path& dir) {
@@ -59,7 +46,7 @@ void tamper(const fs::path& dir, const std::string& rel, const std::string& byte
   const fs::path root = latest(dir);
   std::ofstream(root / rel, std::ios::binary | std::ios::trunc) << bytes;
   json m = json::parse(slurp(root / "manifest.json"));
-  m["files"][rel] = {{"bytes", bytes.size()}, {"blake2b", blake2b_hex(bytes)}};
+  m["files"][rel] = {{"bytes", bytes.size()}, {"blake2b", checkpoint_file_hash(bytes)}};
   std::ofstream(root / "manifest.json", std::ios::trunc) << m.dump(1);
 }
 

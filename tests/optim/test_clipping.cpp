@@ -14,6 +14,7 @@
 #include "layers/models.hpp"
 #include "optim/clipping.hpp"
 #include "support/check.hpp"
+#include "support/jl.hpp"
 
 using namespace dpgrad;
 using test::randn;
@@ -362,27 +363,9 @@ TEST_CASE("clipping: jl:K norm estimates follow chi2_K / K") {
   FastRng init(16), data(17), rng(18);
   auto model = small_mlp(init);
   BatchT<double> batch = make_batch({7, 5}, 3, data);
-  auto exact = make_clip_strategy<double>("naive")->clipped_sum(*model, batch, 1e12, rng);
-  auto jl = make_clip_strategy<double>("jl:3");
-  std::vector<double> ratios;
-  for (int rep = 0; rep < 60; ++rep) {
-    auto r = jl->clipped_sum(*model, batch, 1e12, rng);
-    for (std::size_t i = 0; i < batch.size(); ++i)
-      ratios.push_back(3.0 * std::pow(r.norms(i) / exact.norms(i), 2));  // ~ chi2_3
-  }
-  std::sort(ratios.begin(), ratios.end());
-  // chi2_3 CDF: erf(sqrt(x/2)) - sqrt(2x/pi) exp(-x/2)
-  auto cdf = [](double x) { return std::erf(std::sqrt(x / 2)) - std::sqrt(2 * x / M_PI) * std::exp(-x / 2); };
-  double n = double(ratios.size()), ks = 0;
-  for (std::size_t i = 0; i < ratios.size(); ++i) {
-    double f = cdf(ratios[i]);
-    ks = std::max({ks, std::abs(f - double(i) / n), std::abs(double(i + 1) / n - f)});
-  }
-  CHECK(ks < 1.628 / std::sqrt(n));  // the 1% critical value
-  // the mean of chi2_3/3 is 1
-  double m = 0;
-  for (double r : ratios) m += r / 3 / n;
-  CHECK(m == doctest::Approx(1.0).epsilon(0.1));
+  const test::JlLaw law = test::jl3_law(*model, batch, rng);
+  CHECK(law.ks < law.critical);  // the 1% critical value
+  CHECK(law.mean == doctest::Approx(1.0).epsilon(0.1));  // the mean of chi2_3 / 3 is 1
 }
 
 TEST_CASE("clipping: jl:K with large K approaches the exact clipped sum") {
