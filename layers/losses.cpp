@@ -58,9 +58,15 @@ LossFnT<T> bce_with_logits_loss() {
     for (const T v : batch.targets)
       if (!(v >= T(0) && v <= T(1)))
         throw std::invalid_argument("bce_with_logits_loss: targets must be in [0, 1], got " + std::to_string(double(v)));
-    const TensorT<T> positive = relu(z), magnitude = add(positive, relu(scale(z, T(-1))));
-    const TensorT<T> softplus_tail = log(add_scalar(exp(scale(magnitude, T(-1))), T(1)));
-    return row_mean(add(sub(positive, mul(z, y)), softplus_tail));
+    // softplus(z) = -log(1 - s(z)) = -log_softmax([z, 0])[1]: stable for any z and
+    // smooth at 0, where max(z, 0) + log(1 + e^-|z|) would pass relu's and |z|'s
+    // kinks on as a gradient of -y instead of s(0) - y (a zero-initialised head)
+    Shape col = z.shape();
+    col.push_back(1);
+    const std::size_t last = col.size() - 1;
+    const TensorT<T> pair = concat<T>({reshape(z, col), constant<T>(xt::zeros<T>(col))}, last);
+    const TensorT<T> softplus = scale(reshape(slice(log_softmax(pair, last), last, 1, 2), z.shape()), T(-1));
+    return row_mean(sub(softplus, mul(z, y)));
   };
 }
 

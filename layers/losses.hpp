@@ -18,8 +18,9 @@ LossFnT<T> mse_loss();
 
 /// Binary cross-entropy of logits z against targets y in [0, 1] (batch.targets, the
 /// outputs' shape), the mean over a row's coordinates of
-/// max(z, 0) - z y + log(1 + exp(-|z|)), which is -y log s(z) - (1 - y) log(1 - s(z))
-/// computed without overflow.
+/// softplus(z) - z y = max(z, 0) - z y + log(1 + exp(-|z|)), which is
+/// -y log s(z) - (1 - y) log(1 - s(z)) computed without overflow; softplus comes
+/// from log_softmax, so the gradient is s(z) - y everywhere, at z = 0 too.
 template <class T>
 LossFnT<T> bce_with_logits_loss();
 
