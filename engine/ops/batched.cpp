@@ -18,7 +18,12 @@ struct MatmulOp final : Op<T> {
   const char* name() const override { return "matmul"; }
   Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
     const auto shapes = detail::shapes_of(x);
-    return samples_rowwise(in, shapes);  // each leading index's product is its own
+    // with leading axes, axis 0 indexes independent products: rows stay rows.
+    // Two-dimensional, b's axis 0 is summed over (or, transposed, becomes the
+    // output's columns): samples there are mixed.
+    if (shapes[0].size() == 2 && !in[1].is_none()) return Samples::mixed();
+    return samples_rowwise(in.first(shapes[0].size() == 2 ? 1 : 2),
+                           std::span<const Shape>(shapes.data(), shapes[0].size() == 2 ? 1 : 2));
   }
   ArrayT<T> forward(Values<T> x) override {
     const Shape sa = shape_of(*x[0]), sb = shape_of(*x[1]);

@@ -147,3 +147,17 @@ TEST_CASE("ops math: batched matmul against a loop, its gradchecks, and masked_f
   CHECK(w(0, 1) == 0.0);
   CHECK(w(0, 0) + w(0, 2) == doctest::Approx(1.0));
 }
+
+TEST_CASE("ops math: where the samples go through matmul, softmax and max") {
+  FastRng rng(4);
+  NoRecordScope<double> none;
+  const D x = per_sample_input(randn<double>({4, 3, 5}, rng));  // (B, L, d)
+  CHECK(matmul(x, x, true).samples().on_axis(0));                // (B, L, L): one product per sample
+  CHECK(softmax(x, 2).samples().on_axis(0));
+  CHECK(max(x, 1).samples().on_axis(0));
+  CHECK(softmax(x, 0).samples().kind == Samples::Kind::mixed);    // along the samples: mixed
+  CHECK(max(x, 0).samples().kind == Samples::Kind::mixed);
+  const D flat = per_sample_input(randn<double>({4, 3}, rng));    // (B, d)
+  CHECK(matmul(flat, flat, true).samples().kind == Samples::Kind::mixed);  // (B, B): samples against samples
+  CHECK(matmul(flat, D(randn<double>({3, 2}, rng))).samples().on_axis(0));
+}
