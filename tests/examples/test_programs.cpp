@@ -503,3 +503,23 @@ TEST_CASE("every program names a bad option and exits 2 before any work") {
     for (const auto& s : c.says) CHECK(r.out.find(s) != std::string::npos);
   }
 }
+
+TEST_CASE("dpgrad-train: the transformer and the scattering heads train privately end to end") {
+  Run t = run(train + " --dataset synthetic-text --model transformer --optimizer dp-adam --batch-size 32 --max-steps 2 "
+                      "--noise-multiplier 1 --json");
+  REQUIRE(t.status == 0);
+  nlohmann::json jt = last_json(t.out);
+  CHECK(jt["model"] == "transformer");
+  CHECK(jt["private"] == true);
+  Run s = run(train + " --dataset synthetic --model scatter-linear --optimizer dp-momentum --batch-size 64 "
+                      "--train-limit 256 --test-limit 64 --max-steps 2 --noise-multiplier 1 --json");
+  REQUIRE(s.status == 0);
+  CHECK(s.out.find("scattering features (J = 2, L = 8)") != std::string::npos);
+  CHECK(last_json(s.out)["model"] == "scatter-linear");
+  Run bad = run(train + " --dataset synthetic-text --model scatter-cnn --optimizer sgd --max-steps 1");
+  CHECK(bad.status == 2);
+  CHECK(bad.out.find("needs an image dataset") != std::string::npos);
+  Run views = run(train + " --dataset synthetic --model scatter-linear --optimizer sgd --augment-views 2 --max-steps 1");
+  CHECK(views.status == 2);
+  CHECK(views.out.find("--augment-views does not apply") != std::string::npos);
+}

@@ -98,7 +98,14 @@ TEST_CASE("models: exact parameter counts and names") {
   CHECK(make_model<float>("bilstm598k", rng)->parameter_count() == 598274);
   CHECK(make_model<float>("bigru", rng)->parameter_count() == 574018);
   CHECK(make_model<float>("mlp", rng, Activation::relu, {20, 5, 3})->parameter_count() == 20 * 5 + 5 + 5 * 3 + 3);
-  CHECK(model_names() == std::vector<std::string>{"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru"});
+  CHECK(make_model<float>("transformer", rng)->parameter_count() == 633666);
+  CHECK(make_model<float>("scatter-linear", rng)->parameter_count() == 39862);
+  CHECK(make_model<float>("scatter-cnn", rng)->parameter_count() == 26412);
+  CHECK(model_names() == std::vector<std::string>{"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "transformer",
+                                                  "scatter-linear", "scatter-cnn"});
+  CHECK(model_reads_tokens("transformer"));
+  CHECK(model_reads_scattering("scatter-cnn"));
+  CHECK(!model_reads_scattering("cnn26k"));
   for (const auto& n : model_names()) CHECK(make_model<float>(n, rng)->name() == n);
   CHECK_THROWS_AS(make_model<float>("resnet", rng), std::invalid_argument);
   CHECK_THROWS_AS(make_mlp<float>({784}, Activation::relu, rng), std::invalid_argument);
