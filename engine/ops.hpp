@@ -36,7 +36,7 @@ template <class T> TensorT<T> exp(const TensorT<T>& x);
 /// log x (x > 0).                            d = 1 / x
 template <class T> TensorT<T> log(const TensorT<T>& x);
 
-// ---- more elementwise maps (engine/ops/math.cpp) ----
+// ---- more elementwise maps (engine/ops/elementwise.cpp) ----
 /// sqrt(x), x >= 0.                          d = 1 / (2 sqrt x): +inf at 0
 template <class T> TensorT<T> sqrt(const TensorT<T>& x);
 /// 1 / sqrt(x), x > 0.                       d = -x^(-3/2) / 2

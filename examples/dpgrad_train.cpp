@@ -167,7 +167,7 @@ int run(Options o, const json* resumed) {
     // the transform is fixed and data-independent: computing it once is the same model, and costs no privacy
     const auto t_features = std::chrono::steady_clock::now();
     auto progress = [&](std::size_t done, std::size_t total) {
-      if (!o.json_out && (done == total || done % 8192 < 512))
+      if (!o.json_out && (done == total || done % 8192 < 128))
         fmt::print(stderr, "  scattering features: {} / {} images\n", done, total);
     };
     data.train.inputs = scattering_inputs(data.train.inputs, progress);

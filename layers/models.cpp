@@ -267,19 +267,7 @@ ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(st
   const std::size_t b = s[0], h = s[s.size() - 2], w = s[s.size() - 1];
   ArrayT<T> x = images;
   x.reshape({b, h, w, std::size_t(1)});
-  ScatteringT<T> scattering(1, 2, 8);
-  const std::size_t piece = 512;
-  ArrayT<T> out = ArrayT<T>::from_shape(scattering.output_shape(shape_of(x)));
-  const std::size_t per_in = h * w, per_out = b ? out.size() / b : 0;
-  for (std::size_t b0 = 0; b0 < b; b0 += piece) {
-    const std::size_t n = std::min(piece, b - b0);
-    ArrayT<T> part = ArrayT<T>::from_shape({n, h, w, std::size_t(1)});
-    std::copy_n(x.data() + b0 * per_in, n * per_in, part.data());
-    const ArrayT<T> f = scattering.transform(part, 128);
-    std::copy_n(f.data(), n * per_out, out.data() + b0 * per_out);
-    if (progress) progress(b0 + n, b);
-  }
-  return out;
+  return ScatteringT<T>(1, 2, 8).transform(x, 128, progress);
 }
 
 std::vector<std::string> model_names() {

@@ -204,7 +204,8 @@ TensorT<T> ScatteringT<T>::forward(const TensorT<T>& x) {
 }
 
 template <class T>
-ArrayT<T> ScatteringT<T>::transform(const ArrayT<T>& images, std::size_t chunk) {
+ArrayT<T> ScatteringT<T>::transform(const ArrayT<T>& images, std::size_t chunk,
+                                    const std::function<void(std::size_t, std::size_t)>& progress) {
   const Shape in = shape_of(images);
   Shape out = output_shape(in);
   ArrayT<T> r = ArrayT<T>::from_shape(out);
@@ -218,6 +219,7 @@ ArrayT<T> ScatteringT<T>::transform(const ArrayT<T>& images, std::size_t chunk) 
     std::copy_n(images.data() + b0 * per_in, n * per_in, x.data());
     const ArrayT<T> y = forward(TensorT<T>(std::move(x))).value();
     std::copy_n(y.data(), n * per_out, r.data() + b0 * per_out);
+    if (progress) progress(b0 + n, in[0]);
   }
   return r;
 }

@@ -7,6 +7,7 @@
 // for the layers after it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,11 @@ class ScatteringT final : public LayerT<T> {
   std::size_t coefficients() const;  // K per input channel
   Shape output_shape(const Shape& in) const;
   /// The transform of a data set's images (B, H, W, C) in pieces of `chunk`,
-  /// recording nothing: features computed once before training (the transform
-  /// is fixed and data-independent, so this is the same model, run faster).
-  ArrayT<T> transform(const ArrayT<T>& images, std::size_t chunk = 256);
+  /// recording nothing, `progress(done, total)` after each piece: features
+  /// computed once before training (the transform is fixed and data-independent,
+  /// so this is the same model, run faster).
+  ArrayT<T> transform(const ArrayT<T>& images, std::size_t chunk = 256,
+                      const std::function<void(std::size_t, std::size_t)>& progress = {});
 
  private:
   TensorT<T> scatter_one_channel(const TensorT<T>& x) const;  // (N, H, W, 1) -> (N, h, w, K)

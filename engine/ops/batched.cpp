@@ -100,8 +100,7 @@ struct MaskedFillOp final : Op<T> {
   ArrayT<T> forward(Values<T> x) override {
     const Shape s = shape_of(*x[0]);
     if (shape_of(mask) != s) {
-      detail::broadcast_shapes(shape_of(mask), s, "masked_fill");  // throws naming both
-      if (detail::broadcast_shapes(shape_of(mask), s, "masked_fill") != s)
+      if (detail::broadcast_shapes(shape_of(mask), s, "masked_fill") != s)  // throws when they do not broadcast
         throw std::invalid_argument("masked_fill: a mask of shape " + shape_str(shape_of(mask)) +
                                     " is larger than the input " + shape_str(s));
       mask = xt::broadcast(mask, s);

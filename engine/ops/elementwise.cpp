@@ -1,9 +1,12 @@
-// Elementwise primitives: broadcasting binary ops (add, sub, mul) and unary
-// maps (scale, add_scalar, relu, tanh, sigmoid, exp, log), each with primal,
-// vjp and jvp. The kinds differ only in scalar rules; the broadcasting
-// machinery is instantiated once per scalar type, which keeps compile time low.
+// Elementwise primitives: broadcasting binary ops (add, sub, mul, div) and unary
+// maps (scale, add_scalar, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, pow, abs,
+// gelu), each with primal, vjp and jvp. The kinds differ only in scalar rules;
+// the broadcasting machinery is instantiated once per scalar type, which keeps
+// compile time low.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <numbers>
 
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
@@ -228,7 +231,7 @@ struct BinaryOp final : Op<T> {
   }
 };
 
-enum class Unary { scale, shift, relu, tanh, sigmoid, exp, log };
+enum class Unary { scale, shift, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, pow, abs, gelu };
 
 const char* unary_name(Unary k) {
   switch (k) {
@@ -239,6 +242,11 @@ const char* unary_name(Unary k) {
     case Unary::sigmoid: return "sigmoid";
     case Unary::exp: return "exp";
     case Unary::log: return "log";
+    case Unary::sqrt: return "sqrt";
+    case Unary::rsqrt: return "rsqrt";
+    case Unary::pow: return "pow";
+    case Unary::abs: return "abs";
+    case Unary::gelu: return "gelu";
   }
   return "?";
 }
@@ -246,10 +254,16 @@ const char* unary_name(Unary k) {
 // Unary rules run in blocks that stay in cache (pieces of kElementGrain values in parallel).
 constexpr std::size_t kBlock = 1024;
 
+/// The standard normal CDF (GELU's gate).
+template <class T>
+T normal_cdf(T x) {
+  return T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+}
+
 template <class T>
 struct UnaryOp final : Op<T> {
   Unary kind;
-  T c = T(1);
+  T c = T(1);  // scale's factor, add_scalar's term, pow's exponent
   explicit UnaryOp(Unary k) : kind(k) {}
   const char* name() const override { return unary_name(kind); }
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override { return in[0]; }
@@ -264,6 +278,11 @@ struct UnaryOp final : Op<T> {
       case Unary::scale: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * c; return;
       case Unary::shift: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + c; return;
       case Unary::relu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] > T(0) ? a[i] : T(0); return;
+      case Unary::sqrt: for (std::size_t i = 0; i < n; ++i) out[i] = std::sqrt(a[i]); return;
+      case Unary::rsqrt: for (std::size_t i = 0; i < n; ++i) out[i] = T(1) / std::sqrt(a[i]); return;
+      case Unary::pow: for (std::size_t i = 0; i < n; ++i) out[i] = std::pow(a[i], c); return;
+      case Unary::abs: for (std::size_t i = 0; i < n; ++i) out[i] = std::abs(a[i]); return;
+      case Unary::gelu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * normal_cdf(a[i]); return;
     }
   }
   /// d[0, n) = f'(x) elementwise, from the input a and the output o.
@@ -276,6 +295,18 @@ struct UnaryOp final : Op<T> {
       case Unary::sigmoid: for (std::size_t i = 0; i < n; ++i) d[i] = o[i] * (T(1) - o[i]); break;
       case Unary::exp: for (std::size_t i = 0; i < n; ++i) d[i] = o[i]; break;
       case Unary::log: for (std::size_t i = 0; i < n; ++i) d[i] = T(1) / a[i]; break;
+      case Unary::sqrt: for (std::size_t i = 0; i < n; ++i) d[i] = T(0.5) / o[i]; break;  // +inf at 0
+      case Unary::rsqrt: for (std::size_t i = 0; i < n; ++i) d[i] = T(-0.5) * o[i] * o[i] * o[i]; break;
+      case Unary::pow:
+        for (std::size_t i = 0; i < n; ++i) d[i] = c == T(0) ? T(0) : c * std::pow(a[i], c - T(1));
+        break;
+      case Unary::abs: for (std::size_t i = 0; i < n; ++i) d[i] = a[i] > T(0) ? T(1) : a[i] < T(0) ? T(-1) : T(0); break;
+      case Unary::gelu: {  // Phi(x) + x phi(x)
+        const T inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+        for (std::size_t i = 0; i < n; ++i)
+          d[i] = normal_cdf(a[i]) + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi;
+        break;
+      }
     }
   }
   /// Calls f(i0, f'(x) on [i0, i0 + len), len) block by block, blocks in parallel.
@@ -359,6 +390,11 @@ template <class T> TensorT<T> tanh(const TensorT<T>& x) { return unary(Unary::ta
 template <class T> TensorT<T> sigmoid(const TensorT<T>& x) { return unary(Unary::sigmoid, x); }
 template <class T> TensorT<T> exp(const TensorT<T>& x) { return unary(Unary::exp, x); }
 template <class T> TensorT<T> log(const TensorT<T>& x) { return unary(Unary::log, x); }
+template <class T> TensorT<T> sqrt(const TensorT<T>& x) { return unary(Unary::sqrt, x); }
+template <class T> TensorT<T> rsqrt(const TensorT<T>& x) { return unary(Unary::rsqrt, x); }
+template <class T> TensorT<T> pow(const TensorT<T>& x, T p) { return unary(Unary::pow, x, p); }
+template <class T> TensorT<T> abs(const TensorT<T>& x) { return unary(Unary::abs, x); }
+template <class T> TensorT<T> gelu(const TensorT<T>& x) { return unary(Unary::gelu, x); }
 
 #define DPGRAD_INSTANTIATE(T)                                               \
   template TensorT<T> add(const TensorT<T>&, const TensorT<T>&);           \
@@ -371,7 +407,12 @@ template <class T> TensorT<T> log(const TensorT<T>& x) { return unary(Unary::log
   template TensorT<T> tanh(const TensorT<T>&);                             \
   template TensorT<T> sigmoid(const TensorT<T>&);                          \
   template TensorT<T> exp(const TensorT<T>&);                              \
-  template TensorT<T> log(const TensorT<T>&);
+  template TensorT<T> log(const TensorT<T>&);                              \
+  template TensorT<T> sqrt(const TensorT<T>&);                             \
+  template TensorT<T> rsqrt(const TensorT<T>&);                            \
+  template TensorT<T> pow(const TensorT<T>&, T);                           \
+  template TensorT<T> abs(const TensorT<T>&);                              \
+  template TensorT<T> gelu(const TensorT<T>&);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)
 

@@ -1,4 +1,4 @@
-// The ops of engine/ops/math.cpp, softmax.cpp, batched.cpp and div: values
+// The newer elementwise maps and div (engine/ops/elementwise.cpp), softmax.cpp and batched.cpp: values
 // against closed forms, and gradchecks of their vjp and jvp in double.
 #include <cmath>
 
