@@ -130,7 +130,8 @@ ArrayT<T> weights(const std::vector<ScatteringFilter>& fs, bool complex) {
 }  // namespace
 
 template <class T>
-ScatteringT<T>::ScatteringT(std::size_t channels, int J, int L) : channels_(channels), J_(J), L_(L) {
+ScatteringT<T>::ScatteringT(std::size_t channels, int J, int L, ScatteringBorder border)
+    : channels_(channels), J_(J), L_(L), border_(border) {
   if (channels == 0) throw std::invalid_argument("Scattering: needs at least one channel");
   if (J < 1 || J > 6) throw std::invalid_argument("Scattering: J must be in [1, 6], got " + std::to_string(J));
   if (L < 1 || L > 32) throw std::invalid_argument("Scattering: L must be in [1, 32], got " + std::to_string(L));
@@ -165,9 +166,33 @@ Shape ScatteringT<T>::output_shape(const Shape& in) const {
   return {in[0], (in[1] + step - 1) / step, (in[2] + step - 1) / step, channels_ * coefficients()};
 }
 
+namespace {
+
+/// x extended by `p` pixels on both sides of `axis`, mirrored about the edge
+/// pixels (the edge itself is not repeated): row -k reads row k, row H-1+k reads row H-1-k.
 template <class T>
-TensorT<T> ScatteringT<T>::scatter_one_channel(const TensorT<T>& x) const {
-  const std::size_t L = std::size_t(L_), N = x.shape()[0];
+TensorT<T> reflect(const TensorT<T>& x, std::size_t axis, std::size_t p) {
+  const std::size_t n = x.shape()[axis];
+  std::vector<TensorT<T>> parts;
+  for (std::size_t k = p; k >= 1; --k) parts.push_back(slice(x, axis, k, k + 1));
+  parts.push_back(x);
+  for (std::size_t k = 1; k <= p; ++k) parts.push_back(slice(x, axis, n - 1 - k, n - k));
+  return concat(parts, axis);
+}
+
+}  // namespace
+
+template <class T>
+TensorT<T> ScatteringT<T>::scatter_one_channel(const TensorT<T>& image) const {
+  const std::size_t L = std::size_t(L_), N = image.shape()[0], step = std::size_t(1) << J_;
+  // Reflection: 2^J mirrored pixels on every side, so that the output grid of
+  // the padded image holds the unpadded one's positions from index 1 on.
+  const std::size_t H = image.shape()[1], W = image.shape()[2];
+  const bool mirrored = border_ == ScatteringBorder::reflect;
+  if (mirrored && (H <= step || W <= step))
+    throw std::invalid_argument("Scattering: reflection needs images larger than 2^J = " + std::to_string(step) +
+                                " pixels on each side, got " + std::to_string(H) + " x " + std::to_string(W));
+  const TensorT<T> x = mirrored ? reflect(reflect(image, 1, step), 2, step) : image;
   auto stride = [](int from, int to) { return std::size_t(1) << (to - from); };
   std::vector<TensorT<T>> out;
   out.push_back(filter(x, phi_[0], phi_radius_[0], stride(0, J_)));  // S0
@@ -189,7 +214,9 @@ TensorT<T> ScatteringT<T>::scatter_one_channel(const TensorT<T>& x) const {
     }
   }
   for (auto& s : second) out.push_back(s);
-  return concat(out, 3);
+  const TensorT<T> all = concat(out, 3);
+  if (!mirrored) return all;
+  return slice(slice(all, 1, 1, 1 + (H + step - 1) / step), 2, 1, 1 + (W + step - 1) / step);
 }
 
 template <class T>

@@ -115,6 +115,35 @@ TEST_CASE("scattering: shapes, constant images, and covariance with shifts by 2^
   CHECK(size > 0.1);
 }
 
+TEST_CASE("scattering: the reflected border is the zero-bordered transform of the mirrored image, cropped") {
+  FastRng data(5);
+  const A x = randn<double>({2, 20, 20, 1}, data);
+  // mirror by hand: 4 = 2^J pixels on every side, the edge pixel not repeated
+  A big = xt::zeros<double>({2, 28, 28, 1});
+  auto mirror = [](long i, long n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i); };
+  for (std::size_t b = 0; b < 2; ++b)
+    for (long i = -4; i < 24; ++i)
+      for (long j = -4; j < 24; ++j)
+        big(b, std::size_t(i + 4), std::size_t(j + 4), 0) = x(b, std::size_t(mirror(i, 20)), std::size_t(mirror(j, 20)), 0);
+  ScatteringT<double> reflected(1, 2, 8), zero(1, 2, 8, ScatteringBorder::zero);
+  const A r = reflected.transform(x), z = zero.transform(big), plain = zero.transform(x);
+  REQUIRE(shape_of(r) == Shape{2, 5, 5, 81});
+  REQUIRE(shape_of(z) == Shape{2, 7, 7, 81});
+  double worst = 0, border = 0;
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t i = 0; i < 5; ++i)
+      for (std::size_t j = 0; j < 5; ++j)
+        for (std::size_t k = 0; k < 81; ++k) {
+          worst = std::max(worst, std::abs(r(b, i, j, k) - z(b, i + 1, j + 1, k)));
+          border = std::max(border, std::abs(r(b, i, j, k) - plain(b, i, j, k)));
+        }
+  CHECK(worst < 1e-12);
+  CHECK(border > 1e-3);  // the border matters: zero padding gives other coefficients
+  ScatteringT<double> tiny(1, 2, 8);
+  CHECK_THROWS_WITH_AS(tiny.transform(A(xt::zeros<double>({1, 4, 9, 1}))), doctest::Contains("larger than 2^J"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("scattering: gradchecks of the modulus and through a small transform") {
   FastRng data(2);
   {
