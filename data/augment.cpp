@@ -5,51 +5,18 @@
 #include <stdexcept>
 #include <string>
 
-#include <sodium.h>
-
 namespace dpgrad::data {
 
 namespace {
 
-void init_sodium() {
-  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
-}
-
-void put_le64(unsigned char* out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-
-/// SipHash-2-4(key, step || id || view) as a little-endian 64-bit number.
+/// SipHash-2-4(key, step || id || view).
 std::uint64_t draw(const HashKey& key, std::uint64_t step, std::uint64_t id, std::uint64_t view) {
-  unsigned char msg[24], h[crypto_shorthash_BYTES];
-  put_le64(msg, step);
-  put_le64(msg + 8, id);
-  put_le64(msg + 16, view);
-  crypto_shorthash(h, msg, sizeof(msg), key.data());
-  std::uint64_t z = 0;
-  for (int i = 7; i >= 0; --i) z = (z << 8) | h[i];
-  return z;
+  return keyed_hash(key, {step, id, view});
 }
 
 }  // namespace
 
-HashKey random_hash_key() {
-  init_sodium();
-  HashKey k;
-  randombytes_buf(k.data(), k.size());
-  return k;
-}
-
-HashKey hash_key_from_seed(std::uint64_t seed) {
-  init_sodium();
-  static constexpr char kTag[] = "dpgrad-augment";
-  unsigned char msg[sizeof(kTag) - 1 + 8];
-  std::copy(kTag, kTag + sizeof(kTag) - 1, msg);
-  put_le64(msg + sizeof(kTag) - 1, seed);
-  HashKey k;
-  crypto_generichash(k.data(), k.size(), msg, sizeof(msg), nullptr, 0);
-  return k;
-}
+HashKey hash_key_from_seed(std::uint64_t seed) { return dpgrad::hash_key_from_seed(seed, "dpgrad-augment"); }
 
 BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step) {
   if (a.views < 1 || a.views > 256) throw std::invalid_argument("augmentation: views must be in 1..256, not " + std::to_string(a.views));

@@ -9,19 +9,15 @@
 #include <array>
 #include <cstdint>
 
+#include "engine/random.hpp"
 #include "layers/module.hpp"
 
 namespace dpgrad::data {
 
-/// The key of a keyed hash (SipHash-2-4, libsodium crypto_shorthash).
-using HashKey = std::array<unsigned char, 16>;
-
-/// A key from the operating system's entropy (libsodium randombytes_buf):
-/// draws no one can predict or repeat.
-HashKey random_hash_key();
-/// A key derived from a seed (BLAKE2b, crypto_generichash, of "dpgrad-augment"
-/// and the seed's 8 little-endian bytes): repeatable draws, for runs that ask
-/// for reproducibility.
+using dpgrad::HashKey;          // engine/random.hpp
+using dpgrad::random_hash_key;  // a secret key, from the operating system's entropy
+/// dpgrad::hash_key_from_seed(seed, "dpgrad-augment"): repeatable draws, for
+/// runs that ask for reproducibility.
 HashKey hash_key_from_seed(std::uint64_t seed);
 
 struct ImageAugment {

@@ -640,4 +640,37 @@ std::unique_ptr<Rng> make_private_rng(bool reproducible, std::uint64_t seed) {
   return std::make_unique<SecureRng>();
 }
 
+HashKey random_hash_key() {
+  ensure_sodium();
+  HashKey k;
+  randombytes_buf(k.data(), k.size());
+  return k;
+}
+
+HashKey hash_key_from_seed(std::uint64_t seed, std::string_view tag) {
+  ensure_sodium();
+  std::vector<unsigned char> msg(tag.begin(), tag.end());
+  for (int i = 0; i < 8; ++i) msg.push_back(static_cast<unsigned char>(seed >> (8 * i)));
+  HashKey k;
+  crypto_generichash(k.data(), k.size(), msg.data(), msg.size(), nullptr, 0);
+  return k;
+}
+
+std::uint64_t keyed_hash(const HashKey& key, std::initializer_list<std::uint64_t> words) {
+  ensure_sodium();
+  std::vector<unsigned char> msg;
+  for (std::uint64_t w : words)
+    for (int i = 0; i < 8; ++i) msg.push_back(static_cast<unsigned char>(w >> (8 * i)));
+  unsigned char h[crypto_shorthash_BYTES];
+  crypto_shorthash(h, msg.data(), msg.size(), key.data());
+  std::uint64_t z = 0;
+  for (int i = 7; i >= 0; --i) z = (z << 8) | h[i];
+  return z;
+}
+
+std::size_t keyed_bucket(const HashKey& key, std::int64_t id, std::size_t count) {
+  if (count == 0) throw std::invalid_argument("keyed_bucket: count must be >= 1");
+  return std::size_t(keyed_hash(key, {std::uint64_t(id)}) % count);
+}
+
 }  // namespace dpgrad

@@ -5,11 +5,14 @@
 // only because it is asked for by name (ReproducibleRng: NOT private).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dpgrad {
@@ -131,6 +134,24 @@ class SecureRng final : public Rng {
 /// The generator of privacy randomness (noise, sampling, JL directions): the
 /// secure one, or with `reproducible` a ReproducibleRng from `seed` (NOT private).
 std::unique_ptr<Rng> make_private_rng(bool reproducible, std::uint64_t seed);
+
+// ---------------------------------------------------------------- keyed hashing
+// Rules fixed per record (its microbatch, its augmentation draws, its PATE
+// teacher) hash its id with a per-run key, never its position in a batch, so
+// that no other record changes them (docs/data-privacy.md).
+
+/// The key of a keyed hash (SipHash-2-4, libsodium crypto_shorthash).
+using HashKey = std::array<unsigned char, 16>;
+/// A key from the operating system's entropy (libsodium randombytes_buf):
+/// draws no one can predict or repeat.
+HashKey random_hash_key();
+/// A key derived from a seed: BLAKE2b (crypto_generichash) of `tag` and the
+/// seed's 8 little-endian bytes. Repeatable, for runs that ask for it.
+HashKey hash_key_from_seed(std::uint64_t seed, std::string_view tag);
+/// SipHash-2-4(key, the words as 8 little-endian bytes each), as a little-endian number.
+std::uint64_t keyed_hash(const HashKey& key, std::initializer_list<std::uint64_t> words);
+/// keyed_hash(key, {id}) mod count: the bucket of record `id` among `count` (>= 1).
+std::size_t keyed_bucket(const HashKey& key, std::int64_t id, std::size_t count);
 
 // ---------------------------------------------------------------- noise on a grid
 // Gaussian noise drawn in floating point and added in floating point leaks the

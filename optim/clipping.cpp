@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include <sodium.h>
 
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
@@ -329,16 +328,6 @@ class JlStrategy final : public ClipStrategyT<T> {
   int k_, chunk_;
 };
 
-/// SipHash-2-4(key, id as 8 little-endian bytes) mod count.
-std::size_t microbatch_of(const unsigned char* key, std::int64_t id, std::size_t count) {
-  unsigned char msg[8], h[crypto_shorthash_BYTES];
-  for (std::size_t j = 0; j < 8; ++j) msg[j] = static_cast<unsigned char>(std::uint64_t(id) >> (8 * j));
-  crypto_shorthash(h, msg, sizeof(msg), key);
-  std::uint64_t z = 0;
-  for (int j = 7; j >= 0; --j) z = (z << 8) | h[j];
-  return std::size_t(z % count);
-}
-
 /// TF Privacy's microbatches, with examples assigned by a rule fixed per
 /// example, so that one example moves one microbatch (docs/data-privacy.md): each
 /// step draws a 16-byte key from `rng`, and the example with record id `id`
@@ -363,13 +352,13 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
     if (batch.size() > 0 && batch.ids.size() != batch.size())
       throw std::invalid_argument("microbatch strategy needs the record id of every example (Batch::ids)");
     std::vector<std::vector<std::size_t>> members(m_ == 1 ? batch.examples() : count_);
-    unsigned char key[crypto_shorthash_KEYBYTES] = {};
-    for (std::size_t w = 0; m_ > 1 && w < sizeof(key); w += 8) {
+    HashKey key{};
+    for (std::size_t w = 0; m_ > 1 && w < key.size(); w += 8) {
       const std::uint64_t r = rng.next_u64();
       for (std::size_t j = 0; j < 8; ++j) key[w + j] = static_cast<unsigned char>(r >> (8 * j));
     }
     for (std::size_t i = 0; i < batch.examples(); ++i)
-      members[m_ == 1 ? i : microbatch_of(key, batch.ids[i * batch.views], count_)].push_back(i);
+      members[m_ == 1 ? i : keyed_bucket(key, batch.ids[i * batch.views], count_)].push_back(i);
     std::vector<T> norms;
     for (const auto& index : members) {
       if (index.empty()) continue;
