@@ -296,7 +296,8 @@ void PrivateTrainerT<T>::train(const std::function<void(long epoch)>& on_epoch) 
 }
 
 template <class T>
-Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk) {
+void PrivateTrainerT<T>::run_inference(const BatchT<T>& data, std::size_t chunk,
+                                       const std::function<void(const BatchT<T>&, std::size_t, const TensorT<T>&)>& use) {
   require(chunk >= 1, "evaluate: chunk must be >= 1");
   AveragedScopeT<T> averaged(average_.get());
   NoRecordScope<T> none;
@@ -305,32 +306,51 @@ Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk
     ModelT<T>& m;
     ~Back() { m.set_training(true); }
   } back{model_};
-  Evaluation e;
   const std::size_t n = data.examples();
-  const bool labelled = !data.labels.empty();
-  std::size_t correct = 0;
-  double loss = 0;
   std::vector<std::size_t> rows;
   for (std::size_t start = 0; start < n; start += chunk) {
     rows.clear();
     for (std::size_t i = start; i < std::min(n, start + chunk); ++i) rows.push_back(i);
     const BatchT<T> b = data.select(rows);
-    const TensorT<T> out = model_.forward(b);
+    use(b, start, model_.forward(b));
+  }
+}
+
+template <class T>
+Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk) {
+  Evaluation e;
+  const std::size_t n = data.examples();
+  const bool labelled = !data.labels.empty();
+  std::size_t correct = 0;
+  double loss = 0;
+  run_inference(data, chunk, [&](const BatchT<T>& b, std::size_t, const TensorT<T>& out) {
     const TensorT<T> losses = model_.row_losses(out, b);  // kept: the loop reads its value
     for (const T v : losses.value()) loss += double(v) / double(b.views);
     if (labelled && b.views == 1 && out.value().dimension() == 2) {
       const ArrayT<T>& z = out.value();
       const std::size_t k = z.shape()[1];
-      for (std::size_t i = 0; i < rows.size(); ++i) {
+      for (std::size_t i = 0; i < b.examples(); ++i) {
         const T* row = z.data() + i * k;
         if (std::int32_t(std::max_element(row, row + k) - row) == b.labels[i]) ++correct;
       }
     }
-  }
+  });
   e.examples = n;
   e.loss = n ? loss / double(n) : 0.0;
   e.accuracy = labelled && n ? double(correct) / double(n) : std::nan("");
   return e;
+}
+
+template <class T>
+ArrayT<T> PrivateTrainerT<T>::predict(const BatchT<T>& data, std::size_t chunk) {
+  ArrayT<T> all;
+  run_inference(data, chunk, [&](const BatchT<T>& b, std::size_t start, const TensorT<T>& out) {
+    const ArrayT<T>& z = out.value();
+    require(z.dimension() == 2 && b.views == 1, "predict: the model's outputs must be (examples, classes)");
+    if (start == 0) all = ArrayT<T>::from_shape({data.examples(), z.shape()[1]});
+    std::copy(z.begin(), z.end(), all.data() + start * z.shape()[1]);
+  });
+  return all;
 }
 
 template <class T>

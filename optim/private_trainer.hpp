@@ -145,6 +145,8 @@ class PrivateTrainerT {
 
   // ---- evaluation (with the parameter average when ema > 0)
   Evaluation evaluate(const BatchT<T>& data, std::size_t chunk = 500);
+  /// The model's outputs (examples, classes) on `data` (teachers' votes, pseudo-labels).
+  ArrayT<T> predict(const BatchT<T>& data, std::size_t chunk = 500);
 
   // ---- checkpoints
   /// Writes the run's state to `dir` (atomically; CheckpointDir). `extra` is stored
@@ -154,6 +156,10 @@ class PrivateTrainerT {
   const nlohmann::json& resumed_extra() const { return resumed_extra_; }
 
  private:
+  /// The model's outputs on `data`, chunk by chunk (the average's parameters when
+  /// ema > 0, nothing recorded): use(batch, first row, outputs).
+  void run_inference(const BatchT<T>& data, std::size_t chunk,
+                     const std::function<void(const BatchT<T>&, std::size_t, const TensorT<T>&)>& use);
   /// What a checkpoint holds of the run (pointers into this trainer and the model).
   TrainingStateT<T> training_state() const;
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "privacy/gdp.hpp"
+#include "privacy/pate.hpp"
 #include "privacy/rdp.hpp"
 #include "privacy/shuffle.hpp"
 #include "privacy/wor.hpp"
@@ -156,6 +157,7 @@ std::unique_ptr<Accountant> accountant_from_json(const nlohmann::json& j) {
     else if (name == "wor") a = WorAccountant::from_json(j);
     else if (name == "shuffle") a = ShuffleAccountant::from_json(j);
     else if (name == "pld") a = pld_from_json(j);
+    else if (name == "pate") a = PateAccountant::from_json(j);
     else throw std::invalid_argument("accountant JSON: unknown accountant '" + name + "'");
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument("accountant JSON for '" + name + "' is malformed: " + e.what());

@@ -158,7 +158,10 @@ GridNoiseSlack grid_noise_slack(double delta, double draws, double scale, double
 }
 
 double grid_noise_epsilon(const Accountant& accountant, double delta, double coordinates, double scale) {
-  const double draws = double(accountant.total_steps()) * coordinates;
+  return grid_noise_epsilon_of_draws(accountant, delta, double(accountant.total_steps()) * coordinates, scale);
+}
+
+double grid_noise_epsilon_of_draws(const Accountant& accountant, double delta, double draws, double scale) {
   const double a = grid_terms(draws, scale).a, ea = std::exp(a) * kUp;
   const double inner_delta = delta * (1 - 0x1p-10) / ea;
   if (!(inner_delta > 0)) return INFINITY;

@@ -50,6 +50,9 @@ class Accountant;
 /// slack; draws = accountant.total_steps() x `coordinates`. +infinity when the
 /// accountant proves none. `scale`: the smallest NoiseGrid::scale (2^24) bounds every grid.
 double grid_noise_epsilon(const Accountant& accountant, double delta, double coordinates, double scale = 0x1p24);
+/// The same for mechanisms that count their own draws (PATE: one per threshold
+/// test, one per class and answer).
+double grid_noise_epsilon_of_draws(const Accountant& accountant, double delta, double draws, double scale = 0x1p24);
 
 /// Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth Thm. 3.6):
 /// value + Lap(Delta_1 / eps) is eps-DP for a query of L1 sensitivity Delta_1.

@@ -168,7 +168,7 @@ RdpCurveAccountant::RdpCurveAccountant(std::vector<double> orders, bool integer_
 }
 
 RdpEpsilon RdpCurveAccountant::epsilon_details(double delta) const {
-  if (ledger_.empty()) {
+  if (released_nothing()) {
     // Nothing released: (0, 0)-DP (checked through the conversion for its input validation).
     rdp_to_epsilon(orders_, std::vector<double>(orders_.size(), 0.0), delta);
     return {0.0, std::numeric_limits<double>::quiet_NaN(), RdpConversion::tight};
@@ -209,7 +209,7 @@ double RdpCurveAccountant::epsilon(double delta) const { return epsilon_details(
 
 double RdpCurveAccountant::delta(double epsilon) const {
   const double d = rdp_to_delta(orders_, rdp(), epsilon);
-  return ledger_.empty() ? 0.0 : d;
+  return released_nothing() ? 0.0 : d;
 }
 
 nlohmann::json RdpCurveAccountant::to_json() const {

@@ -48,6 +48,8 @@ class RdpCurveAccountant : public Accountant {
  protected:
   /// orders: sorted and de-duplicated here; `integer_only` refuses non-integers and orders < 2.
   RdpCurveAccountant(std::vector<double> orders, bool integer_only);
+  /// Nothing recorded: (0, 0)-DP. The ledger of steps by default.
+  virtual bool released_nothing() const { return ledger_.empty(); }
   std::vector<double> orders_;
 };
 
