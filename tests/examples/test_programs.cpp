@@ -17,6 +17,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "privacy/pate.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -474,8 +475,18 @@ TEST_CASE("every program names a bad option and exits 2 before any work") {
     std::string command;
     std::vector<std::string> says;
   };
-  const std::string audit = DPGRAD_AUDIT, logreg = DPGRAD_LOGREG, bench = DPGRAD_BENCH;
+  const std::string audit = DPGRAD_AUDIT, logreg = DPGRAD_LOGREG, bench = DPGRAD_BENCH, pate = DPGRAD_PATE;
   const std::vector<Case> cases = {
+      {pate + " --teachers -2", {"dpgrad-pate: error", "--teachers", "whole number"}},
+      {pate + " --threshold 300 --teachers 250", {"--threshold 300 is above the number of teachers (250)"}},
+      {pate + " --sigma 0", {"--sigma must be > 0"}},
+      {pate + " --sigma -1", {"--sigma must be > 0"}},
+      {pate + " --sigma 40 --target-epsilon 3", {"not both"}},
+      {pate + " --sigma1 -5", {"--sigma1 must be >= 0"}},
+      {pate + " --queries 9001", {"--queries must be in [1, --pool = 9000]"}},
+      {pate + " --delta 1", {"--delta must be in (0, 1)"}},
+      {pate + " --teacher-model bilstm598k", {"reads text"}},
+      {pate + " --dataset synthetic --teachers 5000", {"--teachers 5000 is more than the 2048 training records"}},
       {audit + " --steps -1", {"dpgrad-audit: error", "--steps", "whole number"}},
       {audit + " --trials 3", {"trials must be in [8, 10^7]"}},
       {audit + " --clip-strategy jl:0", {"jl:0", ">= 1"}},
@@ -502,6 +513,33 @@ TEST_CASE("every program names a bad option and exits 2 before any work") {
     CHECK(r.status == 2);
     for (const auto& s : c.says) CHECK(r.out.find(s) != std::string::npos);
   }
+}
+
+TEST_CASE("dpgrad-pate: teachers, Confident-GNMax and a student end to end, in text and JSON") {
+  const std::string pate = DPGRAD_PATE;
+  const std::string base = pate + " --dataset synthetic --teachers 8 --pool 200 --queries 120 --teacher-model logreg "
+                                  "--student-model logreg --teacher-epochs 2 --student-epochs 2 --threshold 2";
+  Run j = run(base + " --sigma1 1 --sigma 2 --max-answers 50 --json");
+  REQUIRE(j.status == 0);
+  const auto r = last_json(j.out);
+  CHECK(r["teachers"] == 8);
+  CHECK(r["answered"].get<long>() <= 50);
+  CHECK(r["asked"].get<long>() <= 120);
+  CHECK(r["private"] == true);
+  CHECK(r["evaluation_images"] == 56);
+  // the released epsilon is the plan's: 120 threshold tests at 1 and 50 answers at 2
+  dpgrad::privacy::PateAccountant plan;
+  plan.record({1, 2, 120, 50});
+  CHECK(r["epsilon"].get<double>() == doctest::Approx(dpgrad::privacy::pate_epsilon(plan, 10, 1e-5)));
+  CHECK(r["epsilon_data_dependent_note"].get<std::string>().find("NOT releasable") != std::string::npos);
+  Run t = run(base + " --sigma1 40 --target-epsilon 8");
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("(calibrated)") != std::string::npos);
+  CHECK(t.out.find("final: student test accuracy") != std::string::npos);
+  CHECK(t.out.find("NOT releasable") != std::string::npos);
+  Run tight = run(base + " --sigma1 1 --target-epsilon 8");
+  CHECK(tight.status == 2);
+  CHECK(tight.out.find("threshold tests alone") != std::string::npos);
 }
 
 TEST_CASE("dpgrad-train: the transformer and the scattering heads train privately end to end") {
