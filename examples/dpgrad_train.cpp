@@ -122,6 +122,7 @@ int run(Options o, const json* resumed) {
   data::DatasetOptions dopts;
   dopts.seed = o.seed;
   dopts.vocab_file = o.vocab_file;
+  dopts.vocabulary = o.vocabulary;
   data::DataSplit data = data::load_dataset(o.dataset, dopts);
   if (!o.classes.empty()) {
     require(o.classes.size() >= 2, "--classes needs at least two classes");
@@ -185,9 +186,12 @@ int run(Options o, const json* resumed) {
     if (o.model == "transformer") {
       TransformerOptions to;
       to.length = data.train.tokens.shape()[1];
+      to.vocab = o.vocabulary;
       to.classes = data.classes;
       model = make_transformer<float>(init_rng, to);
     } else {
+      require(o.vocabulary == 8185, fmt::format("--vocabulary {}: {} has an embedding of 8185 rows; only the "
+                                                "transformer takes another size", o.vocabulary, o.model));
       model = o.model == "bilstm598k" ? make_bilstm598k<float>(init_rng, data.classes)
               : o.model == "bigru"    ? make_bigru<float>(init_rng, 8185, 64, 64, data.classes)
                                       : make_model<float>(o.model, init_rng, act);

@@ -256,8 +256,6 @@ std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_
   return std::make_unique<FeatureModelT<T>>("scatter-cnn", std::move(net));
 }
 
-bool model_reads_scattering(const std::string& name) { return name == "scatter-linear" || name == "scatter-cnn"; }
-
 template <class T>
 ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(std::size_t, std::size_t)>& progress) {
   const Shape s = shape_of(images);
@@ -268,14 +266,6 @@ ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(st
   ArrayT<T> x = images;
   x.reshape({b, h, w, std::size_t(1)});
   return ScatteringT<T>(1, 2, 8).transform(x, 128, progress);
-}
-
-std::vector<std::string> model_names() {
-  return {"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "transformer", "scatter-linear", "scatter-cnn"};
-}
-
-bool model_reads_tokens(const std::string& name) {
-  return name == "bilstm598k" || name == "bigru" || name == "transformer";
 }
 
 template <class T>

@@ -101,6 +101,7 @@ bool confident(std::span<const double> votes, double threshold, double sigma1, R
 std::optional<int> confident_gnmax(std::span<const double> votes, double threshold, double sigma1, double sigma2,
                                    Rng& rng) {
   require(sigma1 >= 0, "PATE: sigma1 must be >= 0 (0: no threshold test), got " + format_number(sigma1));
+  check_sigma(sigma2, "sigma2");  // refused whether or not this query is answered
   if (sigma1 > 0 && !confident(votes, threshold, sigma1, rng)) return std::nullopt;
   return gnmax(votes, sigma2, rng);
 }

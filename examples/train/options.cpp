@@ -39,6 +39,8 @@ double default_learning_rate(const std::string& optimizer) {
 void check_train_options(Options& o) {
   const bool dp = is_dp(o.optimizer);
   require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
+  require(o.vocabulary >= 3 && o.vocabulary <= 10000000,
+          fmt::format("--vocabulary must be in [3, 10^7] (padding, unknown and at least one word), got {}", o.vocabulary));
   if (!o.lr) o.lr = default_learning_rate(o.optimizer);
   require(*o.lr > 0 && std::isfinite(*o.lr), fmt::format("--lr must be > 0, got {}", *o.lr));
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
@@ -98,6 +100,10 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--vocab-file", o.vocab_file,
                  "text: token ids from this public token list (one token per line) instead of feature hashing");
+  app.add_option("--vocabulary", o.vocabulary,
+                 "text, feature hashing: the number of token ids (padding and unknown included); the transformer's "
+                 "embedding has this many rows, the other text models need 8185")
+      ->check(whole_number())->capture_default_str();
   app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
   app.add_option("--normalize", o.normalize,
                  "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
@@ -210,7 +216,8 @@ json restore_run_options(Options& o, const std::set<std::string>& given) {
   for_each_run_option(o, [&](const char* flag, auto& v) {
     // options added since older checkpoints were written keep their defaults, which such runs used
     static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
-                                                   "reproducible-noise", "report-train-loss", "vocab-file"};
+                                                   "reproducible-noise", "report-train-loss", "vocab-file",
+                                                   "vocabulary"};
     if (!stored.contains(flag) && added_later.count(flag)) return;
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])

@@ -17,6 +17,7 @@ using json = nlohmann::json;
 struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu";
   std::string vocab_file;  // text: a public token list (empty: feature hashing)
+  std::size_t vocabulary = 8185;  // text, feature hashing: token ids, padding and unknown included
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant;  // accountant "": the sampler's default
   std::string schedule = "constant";
   std::vector<int> classes;  // keep only these classes, relabelled 0, 1, ... in this order
@@ -54,6 +55,7 @@ void for_each_run_option(O& o, F&& f) {
   f("model", o.model);
   f("dataset", o.dataset);
   f("vocab-file", o.vocab_file);
+  f("vocabulary", o.vocabulary);
   f("classes", o.classes);
   f("normalize", o.normalize);
   f("augment-views", o.augment_views);

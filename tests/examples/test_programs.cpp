@@ -549,6 +549,16 @@ TEST_CASE("dpgrad-train: the transformer and the scattering heads train privatel
   nlohmann::json jt = last_json(t.out);
   CHECK(jt["model"] == "transformer");
   CHECK(jt["private"] == true);
+  Run small = run(train + " --dataset synthetic-text --model transformer --vocabulary 512 --optimizer dp-adam "
+                          "--batch-size 32 --max-steps 1 --noise-multiplier 1");
+  REQUIRE(small.status == 0);
+  CHECK(small.out.find("transformer (142594 parameters)") != std::string::npos);  // 633,666 - (8185 - 512) x 64
+  Run lstm = run(train + " --dataset synthetic-text --model bilstm598k --vocabulary 512 --optimizer sgd --max-steps 1");
+  CHECK(lstm.status == 2);
+  CHECK(lstm.out.find("only the transformer takes another size") != std::string::npos);
+  Run tiny = run(train + " --dataset synthetic-text --model transformer --vocabulary 2 --max-steps 1");
+  CHECK(tiny.status == 2);
+  CHECK(tiny.out.find("--vocabulary must be in [3, 10^7]") != std::string::npos);
   Run s = run(train + " --dataset synthetic --model scatter-linear --optimizer dp-momentum --batch-size 64 "
                       "--train-limit 256 --test-limit 64 --max-steps 2 --noise-multiplier 1 --json");
   REQUIRE(s.status == 0);
