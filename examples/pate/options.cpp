@@ -82,7 +82,7 @@ Parsed parse_pate_options(int argc, const char* const* argv) {
   app.add_option("--queries", o.queries, "pool images the teachers are asked about")
       ->check(whole_number())->capture_default_str();
   app.add_option("--max-answers", o.max_answers,
-                 "answering stops after this many answers; epsilon is charged for this many (default: every query)")
+                 "answering stops after this many answers; epsilon is charged for this many (at most --queries)")
       ->check(whole_number())->capture_default_str();
   app.add_option("--threshold", o.threshold, "T: a query is answered only if its top vote count plus N(0, sigma1^2) reaches T")
       ->check(real_number())->capture_default_str();

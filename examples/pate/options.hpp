@@ -10,8 +10,8 @@ namespace dpgrad::pate {
 struct Options {
   std::string dataset = "fashion-mnist";  // fashion-mnist, mnist, idx:PATH or synthetic
   long teachers = 250;                    // signed: "-3" must be an error, not 2^64 - 3
-  long queries = 9000;                    // pool images asked, from the first of the pool
-  long max_answers = 1000000;             // answers stop here; epsilon charges this many (capped at queries)
+  long queries = 2000;                    // pool images asked at most, from the first of the pool
+  long max_answers = 1000;                // answers stop here; epsilon charges this many (capped at queries)
   long pool = 9000;                       // the first `pool` test images are the public pool; the rest evaluate
   double threshold = 200;                 // T: answer only if max votes + N(0, sigma1^2) >= T
   double sigma1 = 150;                    // threshold noise; 0: plain GNMax (every query answered)
@@ -19,7 +19,7 @@ struct Options {
   std::optional<double> target_epsilon;   // this epsilon (3 when neither is given), all queries answered
   double delta = 1e-5;
   std::string teacher_model = "scatter-linear", student_model = "scatter-linear";
-  double teacher_epochs = 40, teacher_lr = 0.05;
+  double teacher_epochs = 20, teacher_lr = 0.05;
   long teacher_batch = 32;
   double student_epochs = 40, student_lr = 0.05;
   long student_batch = 64;
