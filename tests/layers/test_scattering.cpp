@@ -125,7 +125,7 @@ TEST_CASE("scattering: the reflected border is the zero-bordered transform of th
     for (long i = -4; i < 24; ++i)
       for (long j = -4; j < 24; ++j)
         big(b, std::size_t(i + 4), std::size_t(j + 4), 0) = x(b, std::size_t(mirror(i, 20)), std::size_t(mirror(j, 20)), 0);
-  ScatteringT<double> reflected(1, 2, 8), zero(1, 2, 8, ScatteringBorder::zero);
+  ScatteringT<double> reflected(1, 2, 8, ScatteringBorder::reflect), zero(1, 2, 8);
   const A r = reflected.transform(x), z = zero.transform(big), plain = zero.transform(x);
   REQUIRE(shape_of(r) == Shape{2, 5, 5, 81});
   REQUIRE(shape_of(z) == Shape{2, 7, 7, 81});
@@ -139,7 +139,7 @@ TEST_CASE("scattering: the reflected border is the zero-bordered transform of th
         }
   CHECK(worst < 1e-12);
   CHECK(border > 1e-3);  // the border matters: zero padding gives other coefficients
-  ScatteringT<double> tiny(1, 2, 8);
+  ScatteringT<double> tiny(1, 2, 8, ScatteringBorder::reflect);
   CHECK_THROWS_WITH_AS(tiny.transform(A(xt::zeros<double>({1, 4, 9, 1}))), doctest::Contains("larger than 2^J"),
                        std::invalid_argument);
 }
