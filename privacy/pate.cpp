@@ -1,4 +1,6 @@
-// PATE's aggregation and accounting (privacy/pate.hpp, docs/pate.md).
+// PATE's accounting (privacy/pate.hpp, docs/pate.md): the RDP of its mechanisms,
+// data-independent and data-dependent, and its accountant. The mechanisms
+// themselves are in pate_aggregate.cpp.
 #include "privacy/pate.hpp"
 
 #include <algorithm>
@@ -9,57 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/random.hpp"
-#include "privacy/calibration.hpp"
 #include "privacy/conversions.hpp"
-#include "privacy/mechanisms.hpp"
+#include "privacy/pate_checks.hpp"
 
 namespace dpgrad::privacy {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
-
-void check_sigma(double sigma, const char* name) {
-  require(sigma > 0 && std::isfinite(sigma), std::string("PATE: ") + name + " must be > 0 and finite, got " +
-                                                  format_number(sigma));
-}
-
-void check_order(double order) {
-  require(order > 1 && std::isfinite(order), "PATE: RDP order must be > 1, got " + format_number(order));
-}
-
-/// Votes are counts: whole, >= 0, and at least one class.
-void check_votes(std::span<const double> votes) {
-  require(!votes.empty(), "PATE: a vote histogram needs at least one class");
-  for (double v : votes)
-    require(v >= 0 && v <= 1e9 && v == std::floor(v), "PATE: votes must be whole counts in [0, 1e9], got " +
-                                                          format_number(v));
-}
-
-std::size_t argmax(std::span<const double> v) {
-  return std::size_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
-/// log(1 - e^x) for x <= 0.
-double log1mexp(double x) {
-  if (x >= 0) return -kInf;
-  return x < -0.6931471805599453 ? std::log1p(-std::exp(x)) : std::log(-std::expm1(x));
-}
-
-/// Noised copies of `counts`, N(0, sigma^2) on the grid (engine/random.hpp): the
-/// counts are whole numbers and the grid a power of two <= 1, so they are on it.
-std::vector<double> noised(std::span<const double> counts, double sigma, Rng& rng) {
-  require_private_generator(rng, "PATE noise");
-  require(sigma < 0x1p20, "PATE: sigma must be below 2^20, got " + format_number(sigma));
-  std::vector<double> x(counts.begin(), counts.end());
-  add_grid_noise(rng, noise_grid(sigma), x.data(), x.size());
-  return x;
-}
+using namespace pate_detail;
 
 /// Theorem 6 of Papernot et al. 2018 for a mechanism that is (mu, mu / s^2)-RDP
 /// at every mu and whose likeliest outcome has probability >= 1 - e^log_q.
@@ -80,31 +39,6 @@ double theorem6(double log_q, double s, double order) {
 }
 
 }  // namespace
-
-// ---- mechanisms ---------------------------------------------------------------
-
-int gnmax(std::span<const double> votes, double sigma, Rng& rng) {
-  check_votes(votes);
-  check_sigma(sigma, "sigma2");
-  const std::vector<double> x = noised(votes, sigma, rng);
-  return int(argmax(x));
-}
-
-bool confident(std::span<const double> votes, double threshold, double sigma1, Rng& rng) {
-  check_votes(votes);
-  check_sigma(sigma1, "sigma1");
-  require(std::isfinite(threshold), "PATE: the threshold must be finite");
-  const double top = votes[argmax(votes)];
-  return noised(std::span<const double>(&top, 1), sigma1, rng)[0] >= threshold;
-}
-
-std::optional<int> confident_gnmax(std::span<const double> votes, double threshold, double sigma1, double sigma2,
-                                   Rng& rng) {
-  require(sigma1 >= 0, "PATE: sigma1 must be >= 0 (0: no threshold test), got " + format_number(sigma1));
-  check_sigma(sigma2, "sigma2");  // refused whether or not this query is answered
-  if (sigma1 > 0 && !confident(votes, threshold, sigma1, rng)) return std::nullopt;
-  return gnmax(votes, sigma2, rng);
-}
 
 // ---- RDP --------------------------------------------------------------------------
 
@@ -240,32 +174,6 @@ std::unique_ptr<PateAccountant> PateAccountant::from_json(const nlohmann::json& 
     }
   }
   return a;
-}
-
-double pate_epsilon(const PateAccountant& accountant, std::size_t classes, double delta) {
-  double draws = 0;
-  for (const auto& q : accountant.queries()) draws += (q.sigma1 > 0 ? double(q.queries) : 0) + double(q.answers) * double(classes);
-  return grid_noise_epsilon_of_draws(accountant, delta, draws);
-}
-
-double calibrate_pate_sigma(double sigma1, long queries, long answers, std::size_t classes, double target_epsilon,
-                            double delta) {
-  require(queries >= 1 && answers >= 1, "PATE: calibration needs at least one query and one answer");
-  require(classes >= 1, "PATE: calibration needs at least one class");
-  auto epsilon_of = [&](double sigma2) {
-    PateAccountant a;
-    a.record({sigma1, sigma2, queries, answers});
-    return pate_epsilon(a, classes, delta);
-  };
-  if (sigma1 > 0) {  // the threshold tests alone: GNMax with ever more noise tends to them
-    PateAccountant a;
-    a.record({sigma1, 1e7, queries, 0});
-    const double floor = pate_epsilon(a, classes, delta);
-    require(floor < target_epsilon, "PATE: the threshold tests alone (sigma1 " + format_number(sigma1, 6) + ", " +
-                                        std::to_string(queries) + " queries) spend epsilon " +
-                                        format_epsilon(floor) + ", over the target " + format_number(target_epsilon, 6));
-  }
-  return calibrate_sigma(epsilon_of, target_epsilon).noise_multiplier;
 }
 
 // ---- PateDataDependent -------------------------------------------------------------
