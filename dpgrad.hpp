@@ -8,6 +8,7 @@
 #include "data/datasets.hpp"
 #include "data/idx.hpp"
 #include "data/text_folder.hpp"
+#include "engine/communicator.hpp"
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"

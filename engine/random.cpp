@@ -322,6 +322,11 @@ SecureRng::SecureRng(const unsigned char* key) {
   std::memcpy(key_, key, sizeof(key_));
 }
 
+void SecureRng::set_key(const unsigned char* key) {
+  rekey();
+  std::memcpy(key_, key, sizeof(key_));
+}
+
 std::unique_ptr<Rng> SecureRng::split() {
   alignas(std::uint64_t) unsigned char key[32];
   fill_u64(reinterpret_cast<std::uint64_t*>(key), sizeof(key) / sizeof(std::uint64_t));

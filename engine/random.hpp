@@ -110,6 +110,9 @@ class SecureRng final : public Rng {
   SecureRng();
   /// Keyed with `key` (32 bytes) instead of OS entropy: for split().
   explicit SecureRng(const unsigned char* key);
+  /// Re-keys with `key` (32 bytes): the stream restarts under it. For a stream that
+  /// several processes share (share_generator in engine/communicator.hpp).
+  void set_key(const unsigned char* key);
   ~SecureRng() override;
   // A copy would replay the same keystream (correlated noise): not copyable.
   SecureRng(const SecureRng&) = delete;

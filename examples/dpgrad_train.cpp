@@ -2,6 +2,7 @@
 // DP-momentum, DP-Adam with any clipping strategy) or not, and reports test
 // accuracy and the privacy spent with the chosen accountant.
 #include <spawn.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/blas.hpp"
+#include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
 #include "engine/tape.hpp"
@@ -87,6 +90,27 @@ std::vector<std::string> apply_lr_scale(OptimizerT<float>& opt, const std::strin
   return applied;
 }
 
+/// Ranks other than 0 print nothing of the run: their standard output goes to
+/// /dev/null, and so does standard error except error messages (QuietRank::err).
+struct QuietRank {
+  QuietRank() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    saved_err = ::dup(2);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::close(null);
+    }
+  }
+  ~QuietRank() {
+    std::fflush(stderr);
+    if (saved_err >= 0) ::dup2(saved_err, 2);
+  }
+  int saved_err = -1;
+};
+
 BatchT<float> limit(const BatchT<float>& b, std::size_t n) {
   if (n == 0 || n >= b.size()) return b;
   std::vector<std::size_t> rows(n);
@@ -95,9 +119,29 @@ BatchT<float> limit(const BatchT<float>& b, std::size_t n) {
   return r;
 }
 
-int run(Options o, const json* resumed) {
+/// Engine threads per process when MPI started several on one machine and none
+/// were asked for: the cores shared among the machine's ranks (0: leave as is).
+int threads_per_rank(const Communicator* comm, int asked) {
+  if (asked > 0 || !comm || comm->size() == 1 || std::getenv("DPGRAD_THREADS")) return asked;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local ? std::max(1, std::atoi(local)) : comm->size();
+  return std::max(1, int(std::thread::hardware_concurrency()) / ranks_here);
+}
+
+/// Every rank's shard of `b`: the examples at positions rank, rank + size, ...
+/// Each keeps its position in the whole set as its id (data-parallel runs).
+BatchT<float> shard_of(BatchT<float> b, const Communicator& comm) {
+  b.ids.resize(b.examples() * b.views);
+  for (std::size_t i = 0; i < b.ids.size(); ++i) b.ids[i] = std::int64_t(i / b.views);
+  std::vector<std::size_t> rows;
+  for (std::size_t i = std::size_t(comm.rank()); i < b.examples(); i += std::size_t(comm.size())) rows.push_back(i);
+  return b.select(rows);
+}
+
+int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& comm) {
   auto t0 = std::chrono::steady_clock::now();
   const bool dp = is_dp(o.optimizer);
+  o.threads = threads_per_rank(comm.get(), o.threads);
   if (o.threads > 0) blas::set_threads(o.threads);
   auto say = [&](const std::string& s) {
     if (!o.json_out) fmt::print("{}\n", s);
@@ -115,8 +159,8 @@ int run(Options o, const json* resumed) {
     require_writable_file(o.plot, "--plot");
   }
   // the checkpoint directory is claimed now: unwritable, or used by another run, fails before any work
-  std::optional<CheckpointLock> checkpoint_lock;
-  if (!o.checkpoint_dir.empty()) checkpoint_lock.emplace(o.checkpoint_dir);
+  std::optional<CheckpointLock> checkpoint_lock;  // rank 0 writes a data-parallel run's checkpoints
+  if (!o.checkpoint_dir.empty() && (!comm || comm->rank() == 0)) checkpoint_lock.emplace(o.checkpoint_dir);
 
   // ---- data and model
   data::DatasetOptions dopts;
@@ -160,6 +204,12 @@ int run(Options o, const json* resumed) {
     test_shape.erase(test_shape.begin());
     require(train_shape == test_shape, fmt::format("training images are {} and test images {}: they must be the same "
                                                    "size", shape_str(train_shape), shape_str(test_shape)));
+  }
+  // a data-parallel run: each rank keeps its shard of the training and test sets
+  const std::size_t whole_train = data.train.examples();
+  if (comm) {
+    data.train = shard_of(std::move(data.train), *comm);
+    data.test = shard_of(std::move(data.test), *comm);
   }
   if (model_reads_scattering(o.model)) {
     require(!data.tokens, o.model + " needs an image dataset (its input is the images' scattering transform)");
@@ -205,7 +255,7 @@ int run(Options o, const json* resumed) {
     else if (o.model == "scatter-cnn") model = make_scatter_cnn<float>(act, init_rng, data.classes);
     else model = make_model<float>(o.model, init_rng, act);
   }
-  const std::size_t n = data.train.size();
+  const std::size_t n = whole_train;
   require(o.batch >= 1 && o.batch <= n, fmt::format("--batch-size must be in [1, {}], got {}", n, o.batch));
   data::ImageAugment augment;
   if (o.augment_views > 0) {
@@ -215,6 +265,7 @@ int run(Options o, const json* resumed) {
     augment.shift = o.augment_shift;
     augment.flip = !o.augment_no_flip;
     augment.key = dp && !o.reproducible_noise ? data::random_hash_key() : data::hash_key_from_seed(o.seed);
+    if (comm) comm->broadcast(augment.key.data(), augment.key.size(), 0);  // one key for the run
   }
 
   // ---- the run: sampler, accountant, calibration, budget stop, generators, checkpoints (PrivateTrainer)
@@ -258,6 +309,7 @@ int run(Options o, const json* resumed) {
     };
   cfg.reproducible_noise = o.reproducible_noise;
   cfg.seed = o.seed;
+  cfg.communicator = comm;
   if (!resumed && dp && !o.noise_multiplier)
     say(fmt::format("calibrating the noise multiplier for epsilon {} ({})...", *o.target_epsilon,
                     o.accountant.empty() ? privacy::default_accountant(o.sampler) : o.accountant));
@@ -303,6 +355,10 @@ int run(Options o, const json* resumed) {
   } else {
     say("  non-private training: no clipping, no noise, no privacy guarantee");
   }
+  if (comm)
+    say(fmt::format("  data-parallel: {}, {} engine thread{} each; each clips its shard of every batch, rank 0 adds "
+                    "the noise once (docs/distributed.md)", comm->describe(), blas::threads(),
+                    blas::threads() == 1 ? "" : "s"));
   if (o.augment_views > 0)
     say(fmt::format("  augmentation multiplicity: {} random views per example (shifts up to {} px{}), each example's "
                     "loss the mean over its views, one clipped gradient per example", augment.views, augment.shift,
@@ -321,7 +377,7 @@ int run(Options o, const json* resumed) {
 
   // ---- checkpoints: the trainer's state, and the program's history beside it
   long step = trainer.steps_done();
-  double loss_sum = 0, seconds_before = 0;
+  double loss_sum = 0, seconds_before = 0, communication = 0;
   std::size_t seen = 0;
   json history = json::array();
   if (resumed) {
@@ -353,6 +409,7 @@ int run(Options o, const json* resumed) {
     long in_epoch = std::min(per_epoch, total_steps - (epoch - 1) * per_epoch);
     for (long s = first; s < in_epoch; ++s) {
       StepStats st = trainer.step();
+      communication += st.communication_seconds;
       ++step;
       if (show_loss) loss_sum += st.loss * double(st.batch);
       // counts and throughput of a private run use the expected batch size: the real one is private
@@ -364,7 +421,7 @@ int run(Options o, const json* resumed) {
       // periodic checkpoints inside an epoch; the epoch's last step is saved after its evaluation
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && s + 1 < in_epoch) save();
     }
-    const double acc = trainer.evaluate(data.test).accuracy;
+    const double acc = trainer.evaluate_sharded(data.test).accuracy;
     if (dp && sigma > 0) eps = trainer.epsilon();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
     json row = {{"epoch", epoch}, {"steps", step}, {"test_accuracy", acc}, {"seconds", secs}};
@@ -414,6 +471,8 @@ int run(Options o, const json* resumed) {
   summary["private"] = is_private;
   if (!not_private_note.empty()) summary["privacy_note"] = kNotPrivateReproducible;
   summary["total_seconds"] = total_s;
+  summary["processes"] = trainer.processes();
+  if (comm) summary["communication_seconds"] = communication;
   if (dp) {
     summary["clip_strategy"] = strategy.name();
     summary["noise_multiplier"] = sigma;
@@ -431,13 +490,16 @@ int run(Options o, const json* resumed) {
   }
   if (o.json_out) fmt::print("{}\n", summary.dump());
   else
-    fmt::print("final: test accuracy {:.2f}%{} after {} steps in {:.1f}s\n", 100 * summary["test_accuracy"].get<double>(),
+    fmt::print("final: test accuracy {:.2f}%{} after {} steps in {:.1f}s{}\n", 100 * summary["test_accuracy"].get<double>(),
                dp ? (sigma > 0 ? fmt::format(" at epsilon {} (delta {:g}, {} accountant, {} neighbours){}", fmt_eps(eps),
                                              delta, o.accountant, privacy::to_string(accountant->neighbouring()),
                                              not_private_note)
                                : std::string(" (NOT private: no noise)"))
                   : " (non-private)",
-               step, total_s);
+               step, total_s,
+               comm ? fmt::format(" on {} ({:.1f}s of it summing and sending gradients)", comm->describe(),
+                                  communication)
+                    : "");
   return 0;
 }
 
@@ -445,19 +507,35 @@ int run(Options o, const json* resumed) {
 
 int main(int argc, char** argv) {
   keep_freed_memory();
+  std::shared_ptr<Communicator> comm;
+  std::optional<QuietRank> quiet;
+  // Under mpirun or srun: one run over every process, rank 0 printing (docs/distributed.md).
+  // A rank that fails ends the whole job: the others would wait for it forever.
+  auto fail = [&](const std::string& message) {
+    quiet.reset();  // every rank's error is shown
+    const std::string where = comm && comm->size() > 1 ? fmt::format(" (rank {})", comm->rank()) : "";
+    fmt::print(stderr, "dpgrad-train: error{}: {}\n", where, message);
+    std::fflush(stderr);
+    if (comm && comm->size() > 1) comm->abort(2);
+    return 2;
+  };
+  try {
+    comm = world_communicator();
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  if (comm && comm->rank() != 0) quiet.emplace();
   ParsedOptions parsed = parse_train_options(argc, argv);
   if (parsed.exit_code) return *parsed.exit_code;
   Options& o = parsed.options;
   try {
     json resumed;
     if (o.resume) resumed = restore_run_options(o, parsed.given);
-    return run(o, o.resume ? &resumed : nullptr);
+    return run(o, o.resume ? &resumed : nullptr, comm);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "dpgrad-train: error: out of memory; lower --batch-size, or use --clip-strategy ghost (or "
-                       "microbatch), whose per-sample work takes the least memory\n");
-    return 2;
+    return fail("out of memory; lower --batch-size, or use --clip-strategy ghost (or microbatch), whose per-sample "
+                "work takes the least memory");
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dpgrad-train: error: {}\n", e.what());
-    return 2;
+    return fail(e.what());
   }
 }

@@ -340,6 +340,7 @@ template <class T>
 class MicrobatchStrategy final : public ClipStrategyT<T> {
  public:
   bool splits_into_chunks() const override { return false; }
+  bool shards_across_processes() const override { return false; }
   MicrobatchStrategy(int m, double expected_batch)
       : m_(m), count_(std::max<std::size_t>(1, std::size_t(std::ceil(expected_batch / m)))) {}
   std::string name() const override { return "microbatch:" + std::to_string(m_); }

@@ -45,6 +45,10 @@ class ClipStrategyT {
   /// true when each contribution is one example's own (not jl:K, whose directions
   /// are shared by the batch, nor microbatch:M, whose groups span it).
   virtual bool splits_into_chunks() const { return true; }
+  /// Whether ranks of a data-parallel run may each clip their share of a batch
+  /// (docs/distributed.md): true unless contributions group examples (microbatch:M,
+  /// whose groups would span ranks). jl:K shards, its directions drawn alike everywhere.
+  virtual bool shards_across_processes() const { return true; }
 };
 
 /// "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C" (C directions per pass

@@ -2,6 +2,7 @@
 #include "optim/dp_optimizer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 
 #include <xtensor/xmath.hpp>
 
+#include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
@@ -30,6 +32,10 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
   if (c.physical_batch > 0 && !strategy.splits_into_chunks())
     throw std::invalid_argument("physical batches of " + std::to_string(c.physical_batch) + " examples need a strategy "
                                 "whose contributions are per example (naive, vanilla, ghost), not " + strategy.name());
+  if (c.communicator && c.communicator->size() > 1 && !strategy.shards_across_processes())
+    throw std::invalid_argument(strategy.name() + " cannot run on " + std::to_string(c.communicator->size()) +
+                                " processes: its groups of examples would span them (docs/distributed.md); use "
+                                "naive, vanilla, ghost or jl:K");
   if (!strategy.is_private()) return;
   if (!(c.clip_norm > 0 && std::isfinite(c.clip_norm)))
     throw std::invalid_argument("clip norm must be > 0, got " + std::to_string(c.clip_norm));
@@ -111,16 +117,16 @@ void DPOptimizerT<T>::add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& g
 }
 
 template <class T>
-ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch) {
+ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch, Rng& aux) {
   const std::size_t examples = batch.examples(), chunk = config_.physical_batch;
-  if (chunk == 0 || examples <= chunk) return strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux_rng_);
+  if (chunk == 0 || examples <= chunk) return strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux);
   ClipResult<T> total;
   std::vector<T> norms;
   std::vector<std::size_t> index;
   for (std::size_t start = 0; start < examples; start += chunk) {
     index.clear();
     for (std::size_t i = start; i < std::min(examples, start + chunk); ++i) index.push_back(i);
-    ClipResult<T> part = strategy_.clipped_sum(model_, batch.select(index), grid_clip_norm_, aux_rng_);
+    ClipResult<T> part = strategy_.clipped_sum(model_, batch.select(index), grid_clip_norm_, aux);
     if (total.sum.empty()) {
       total.sum = std::move(part.sum);
     } else {
@@ -133,6 +139,41 @@ ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch) {
   total.norms = ArrayT<T>::from_shape({norms.size()});
   std::copy(norms.begin(), norms.end(), total.norms.begin());
   return total;
+}
+
+template <class T>
+double DPOptimizerT<T>::combine(ClipResult<T>& r, std::size_t& examples, const NoiseGrid* grid) {
+  Communicator& comm = *config_.communicator;
+  const auto start = std::chrono::steady_clock::now();
+  double counts[3] = {double(examples), r.loss_sum, double(r.clipped)};
+  comm.allreduce_sum(counts, 3);
+  examples = std::size_t(counts[0]);
+  r.loss_sum = counts[1];
+  r.clipped = std::size_t(counts[2]);
+  // one message of every coordinate: summed onto rank 0, noised there once, sent back
+  std::vector<T> flat;
+  flat.reserve(model_.parameter_count());
+  for (const auto& g : r.sum) flat.insert(flat.end(), g.begin(), g.end());
+  if (flat.size() != model_.parameter_count())
+    throw std::logic_error("data-parallel step: the clipped sum has " + std::to_string(flat.size()) +
+                           " coordinates, the model " + std::to_string(model_.parameter_count()));
+  comm.reduce_sum(flat.data(), flat.size(), 0);
+  if (grid && comm.rank() == 0) {  // drawn array by array, as a single process draws it
+    std::vector<std::span<T>> parts;
+    std::size_t at = 0;
+    for (const auto& g : r.sum) {
+      parts.emplace_back(flat.data() + at, g.size());
+      at += g.size();
+    }
+    add_grid_noise(noise_rng_, *grid, parts);
+  }
+  comm.broadcast(flat.data(), flat.size() * sizeof(T), 0);
+  std::size_t at = 0;
+  for (auto& g : r.sum) {
+    std::copy(flat.begin() + std::ptrdiff_t(at), flat.begin() + std::ptrdiff_t(at + g.size()), g.begin());
+    at += g.size();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 template <class T>
@@ -163,21 +204,28 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       restore.emplace(ps, theta);  // in place: a temporary would restore at once
     }
   }
-  ClipResult<T> r = clipped_sum(batch);
+  // a data-parallel run's strategy draws from a generator split off the shared
+  // one: the same on every rank, however much each rank's share makes it draw
+  std::unique_ptr<Rng> step_aux = config_.communicator ? aux_rng_.split() : nullptr;
+  ClipResult<T> r = clipped_sum(batch, step_aux ? *step_aux : aux_rng_);
   restore.reset();
+  // the sum rounded to the grid plus grid * k, k ~ N_Z(0, s^2) drawn exactly and
+  // added in integers: what is released minus the rounded sum does not depend on
+  // the data (docs/noise.md)
+  std::optional<NoiseGrid> grid;
+  if (adds_noise()) {
+    grid = noise_grid(config_.noise_multiplier * config_.clip_norm);
+    st.noise_std = double(grid->scale) * grid->grid;
+  }
+  if (config_.communicator) {
+    st.communication_seconds = combine(r, st.batch, grid ? &*grid : nullptr);
+  } else if (grid) {
+    add_noise(r.sum, *grid);
+  }
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;
   double denom;
   if (strategy_.is_private()) {
-    st.noise_std = config_.noise_multiplier * config_.clip_norm;
-    if (st.noise_std > 0) {
-      // the sum rounded to the grid plus grid * k, k ~ N_Z(0, s^2) drawn exactly
-      // and added in integers: what is released minus the rounded sum does not
-      // depend on the data (docs/noise.md)
-      const NoiseGrid grid = noise_grid(st.noise_std);
-      add_noise(r.sum, grid);
-      st.noise_std = double(grid.scale) * grid.grid;
-    }
     // the true batch size is itself private: divide by the expected one
     denom = strategy_.normaliser(expected_batch_size());
   } else {

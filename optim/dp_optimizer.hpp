@@ -17,6 +17,7 @@
 
 namespace dpgrad {
 
+class Communicator;
 class Rng;
 class Sampler;
 struct NoiseGrid;
@@ -37,6 +38,10 @@ struct DPConfig {
   /// batch. Only strategies whose contributions are per example (naive, vanilla,
   /// ghost) split; others are refused.
   std::size_t physical_batch = 0;
+  /// A data-parallel run (docs/distributed.md): each rank passes step() its share
+  /// of the logical batch; the clipped sums meet on rank 0, which adds the noise
+  /// once, and every rank applies the same noised sum. Null: one process, no messages.
+  std::shared_ptr<Communicator> communicator;
 };
 
 struct StepStats {
@@ -44,6 +49,7 @@ struct StepStats {
   double loss = 0;            // mean per-sample loss over the batch
   std::size_t clipped = 0;    // contributions that were clipped
   double noise_std = 0;       // std of the noise added to the sum
+  double communication_seconds = 0;  // data-parallel runs: time spent summing and sending the gradient
 };
 
 /// One parameter's gradient energy, averaged over the steps since the last reset.
@@ -104,7 +110,10 @@ class DPOptimizerT {
   void reset_gradient_energy();
 
  private:
-  ClipResult<T> clipped_sum(const BatchT<T>& batch);
+  ClipResult<T> clipped_sum(const BatchT<T>& batch, Rng& aux);
+  /// Data-parallel runs: every rank's sums and counts added up, noised once on
+  /// rank 0 and sent back (docs/distributed.md); the time it took.
+  double combine(ClipResult<T>& r, std::size_t& examples, const NoiseGrid* grid);
   /// The grid noise on every coordinate of `sums` (docs/noise.md).
   void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "engine/communicator.hpp"
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
@@ -95,7 +96,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
   }
 
   // ---- data, sampler, strategy, accountant
-  const std::size_t n = train.examples();
+  const std::size_t n = c.communicator ? index_shard() : train.examples();
   require(n > 0, "the training set is empty");
   require(c.batch_size >= 1 && c.batch_size <= n,
           "batch_size must be in [1, " + std::to_string(n) + "] (the training set's size), got " +
@@ -192,6 +193,10 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
   noise_rng_ = make_private_rng(reproducible, c.seed + 1);
   aux_rng_ = make_private_rng(reproducible, c.seed + 2);
   sample_rng_ = make_private_rng(reproducible, c.seed + 3);
+  if (c.communicator) {  // every rank draws the same batches and directions (docs/distributed.md)
+    share_generator(*c.communicator, *sample_rng_);
+    share_generator(*c.communicator, *aux_rng_);
+  }
 
   DPConfig dc;
   dc.clip_norm = c.clip_norm;
@@ -199,6 +204,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
   dc.allow_no_noise = c.allow_no_noise;
   dc.sat_rho = c.sat_rho;
   dc.physical_batch = c.physical_batch_size;
+  dc.communicator = c.communicator;
   dp_ = std::make_unique<DPOptimizerT<T>>(model, optimizer, *strategy_, dc, *sampler_, *noise_rng_, *aux_rng_,
                                           accountant_.get());
   if (c.ema > 0) average_ = std::make_unique<ParameterAverageT<T>>(model.parameters(), c.ema);
@@ -222,7 +228,74 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
                     ", JL dimension " + std::to_string(strategy_->jl_dim()));
     }
     if (average_) average_->set_updates(resumed_run.value("ema_updates", 0L));
+    if (c.communicator) {  // the secure generators re-keyed on loading: each rank its own
+      share_generator(*c.communicator, *sample_rng_);
+      share_generator(*c.communicator, *aux_rng_);
+    }
   }
+}
+
+template <class T>
+std::size_t PrivateTrainerT<T>::index_shard() {
+  Communicator& comm = *config_.communicator;
+  const std::size_t local = train_.examples();
+  double total = double(local);
+  comm.allreduce_sum(&total, 1);
+  const std::size_t n = std::size_t(total);
+  require(n > 0, "the training set is empty (on every rank)");
+  shard_.clear();
+  bool ok = true;
+  std::string why;
+  if (train_.ids.empty()) {
+    ok = comm.size() == 1;
+    why = "a data-parallel run needs each record's position in the whole training set (Batch::ids) on every rank";
+    for (std::size_t i = 0; ok && i < local; ++i) shard_.emplace_back(std::int64_t(i), i);
+  } else {
+    for (std::size_t i = 0; i < local; ++i) shard_.emplace_back(train_.ids[i * train_.views], i);
+  }
+  std::sort(shard_.begin(), shard_.end());
+  for (std::size_t i = 0; ok && i < shard_.size(); ++i) {
+    const std::int64_t id = shard_[i].first;
+    if (id < 0 || std::size_t(id) >= n || (i > 0 && shard_[i - 1].first == id)) {
+      ok = false;
+      why = "rank " + std::to_string(comm.rank()) + "'s shard holds record id " + std::to_string(id) +
+            (id >= 0 && std::size_t(id) < n ? " twice" : ", outside the whole set's 0.." + std::to_string(n - 1));
+    }
+  }
+  require_on_all_ranks(comm, ok, why);
+  // every position on exactly one rank: each rank marks its own, rank 0 counts
+  std::vector<float> cover(n, 0.0f);
+  for (const auto& e : shard_) cover[std::size_t(e.first)] = 1.0f;
+  comm.reduce_sum(cover.data(), n, 0);
+  std::string gap;
+  if (comm.rank() == 0)
+    for (std::size_t i = 0; i < n && gap.empty(); ++i)
+      if (cover[i] != 1.0f)
+        gap = "record " + std::to_string(i) + " is on " + std::to_string(int(cover[i])) +
+              " ranks: the shards must hold every position 0.." + std::to_string(n - 1) + " exactly once";
+  gap = broadcast_string(comm, gap);
+  require(gap.empty(), gap);
+  return n;
+}
+
+template <class T>
+std::vector<std::size_t> PrivateTrainerT<T>::local_rows(const std::vector<std::size_t>& global) const {
+  std::vector<std::size_t> rows;
+  for (const std::size_t g : global) {
+    const auto it = std::lower_bound(shard_.begin(), shard_.end(), std::make_pair(std::int64_t(g), std::size_t(0)));
+    if (it != shard_.end() && it->first == std::int64_t(g)) rows.push_back(it->second);
+  }
+  return rows;
+}
+
+template <class T>
+int PrivateTrainerT<T>::processes() const {
+  return config_.communicator ? config_.communicator->size() : 1;
+}
+
+template <class T>
+int PrivateTrainerT<T>::rank() const {
+  return config_.communicator ? config_.communicator->rank() : 0;
 }
 
 template <class T>
@@ -278,7 +351,8 @@ StepStats PrivateTrainerT<T>::step() {
   if (done())
     throw std::logic_error("PrivateTrainer::step: the run is done (" + std::to_string(total_steps_) + " steps)");
   if (config_.lr_final >= 0) optimizer_.set_lr(cosine_lr(base_lr_, config_.lr_final, steps_, total_steps_));
-  BatchT<T> batch = train_.select(sampler_->next(*sample_rng_));
+  const std::vector<std::size_t> drawn = sampler_->next(*sample_rng_);  // positions in the whole set
+  BatchT<T> batch = train_.select(config_.communicator ? local_rows(drawn) : drawn);
   if (config_.transform) batch = config_.transform(batch, steps_);
   StepStats st = dp_->step(batch);
   if (average_) average_->update();
@@ -342,6 +416,20 @@ Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk
 }
 
 template <class T>
+Evaluation PrivateTrainerT<T>::evaluate_sharded(const BatchT<T>& shard, std::size_t chunk) {
+  Evaluation e = evaluate(shard, chunk);
+  if (!config_.communicator) return e;
+  const bool unlabelled = e.examples > 0 && std::isnan(e.accuracy);  // correct answers: accuracy * examples
+  double sums[4] = {e.loss * double(e.examples), unlabelled || !e.examples ? 0.0 : e.accuracy * double(e.examples),
+                    double(e.examples), unlabelled ? 1.0 : 0.0};
+  config_.communicator->allreduce_sum(sums, 4);
+  e.examples = std::size_t(sums[2]);
+  e.loss = e.examples ? sums[0] / sums[2] : 0.0;
+  e.accuracy = sums[3] == 0 && e.examples ? std::round(sums[1]) / sums[2] : std::nan("");
+  return e;
+}
+
+template <class T>
 ArrayT<T> PrivateTrainerT<T>::predict(const BatchT<T>& data, std::size_t chunk) {
   ArrayT<T> all;
   run_inference(data, chunk, [&](const BatchT<T>& b, std::size_t start, const TensorT<T>& out) {
@@ -374,9 +462,28 @@ void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json e
   const TrainingStateT<T> state = training_state();
   if (!extra.is_object()) throw std::invalid_argument("PrivateTrainer::save: extra must be a JSON object");
   extra["trainer"] = {{"noise_multiplier", sigma_}, {"total_steps", total_steps_}, {"calibrated", calibrated_},
-                      {"ema_updates", average_ ? average_->updates() : 0L}, {"private", is_private()}};
+                      {"ema_updates", average_ ? average_->updates() : 0L}, {"private", is_private()},
+                      {"processes", processes()}};
   if (dp_->noise_reproducible()) extra["trainer"]["privacy_note"] = kNotPrivateReproducible;
-  CheckpointDir(dir).save(steps_, state, extra);
+  if (!config_.communicator) {
+    CheckpointDir(dir).save(steps_, state, extra);
+    return;
+  }
+  // one checkpoint, by rank 0: every rank holds the same parameters, optimizer,
+  // sampler and shared generators, and the same ledger (checked here)
+  Communicator& comm = *config_.communicator;
+  require_same_on_all_ranks(comm, double(steps_), "the step count");
+  require_same_on_all_ranks(comm, accountant_ ? double(accountant_->total_steps()) : 0.0, "the ledger's steps");
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      CheckpointDir(dir).save(steps_, state, extra);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  error = broadcast_string(comm, error);
+  if (!error.empty()) throw std::runtime_error("rank 0 could not write the checkpoint: " + error);
 }
 
 namespace clipping {

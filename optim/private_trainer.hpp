@@ -30,6 +30,7 @@
 
 namespace dpgrad {
 
+class Communicator;
 class Rng;
 namespace privacy {
 class Accountant;
@@ -81,6 +82,14 @@ struct PrivateTrainingConfigT {
   // ---- randomness
   bool reproducible_noise = false;        // seeded noise, sampling and directions: NOT private (tests, studies)
   std::uint64_t seed = 0;                 // their seed when reproducible_noise
+  // ---- processes (docs/distributed.md)
+  /// A data-parallel run: `train` is this rank's shard, its ids the records'
+  /// positions in the whole training set (every position on exactly one rank).
+  /// Batches are drawn over the whole set from a generator all ranks share, each
+  /// rank clips its records of the batch, rank 0 adds the noise once and every
+  /// rank applies the same update; one ledger. Every rank must make the same calls
+  /// in the same order (step, save, evaluate_sharded). Null: one process.
+  std::shared_ptr<Communicator> communicator;
   // ---- not private at all: plain training (no clipping, no noise, shuffled epochs from `seed`)
   bool non_private = false;
 };
@@ -145,6 +154,12 @@ class PrivateTrainerT {
 
   // ---- evaluation (with the parameter average when ema > 0)
   Evaluation evaluate(const BatchT<T>& data, std::size_t chunk = 500);
+  /// evaluate() of each rank's `shard` (of a test set, say), added up over the
+  /// ranks of a data-parallel run: every rank gets the whole set's figures.
+  Evaluation evaluate_sharded(const BatchT<T>& shard, std::size_t chunk = 500);
+  /// Processes of the run (1 without a communicator) and this one's rank.
+  int processes() const;
+  int rank() const;
   /// The model's outputs (examples, classes) on `data` (teachers' votes, pseudo-labels).
   ArrayT<T> predict(const BatchT<T>& data, std::size_t chunk = 500);
 
@@ -160,6 +175,11 @@ class PrivateTrainerT {
   /// ema > 0, nothing recorded): use(batch, first row, outputs).
   void run_inference(const BatchT<T>& data, std::size_t chunk,
                      const std::function<void(const BatchT<T>&, std::size_t, const TensorT<T>&)>& use);
+  /// Data-parallel runs: the rows of train_ (this rank's shard) of records at
+  /// positions `global` in the whole set, which must be this rank's.
+  std::vector<std::size_t> local_rows(const std::vector<std::size_t>& global) const;
+  /// Data-parallel runs: checks that the shards' ids cover 0..N-1 once; returns N.
+  std::size_t index_shard();
   /// What a checkpoint holds of the run (pointers into this trainer and the model).
   TrainingStateT<T> training_state() const;
 
@@ -179,6 +199,7 @@ class PrivateTrainerT {
   bool calibrated_ = false;
   long steps_ = 0, total_steps_ = 0, cut_ = 0;
   nlohmann::json resumed_extra_;
+  std::vector<std::pair<std::int64_t, std::size_t>> shard_;  // (record position, row), sorted: data-parallel runs
 };
 
 using PrivateTrainer = PrivateTrainerT<float>;

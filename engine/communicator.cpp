@@ -1,0 +1,111 @@
+// Communicator (engine/communicator.hpp): the single-process one and helpers.
+#include "engine/communicator.hpp"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include <sodium.h>
+
+#include "engine/config.hpp"
+#include "engine/random.hpp"
+
+namespace dpgrad {
+
+namespace {
+
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string describe() const override { return "1 process"; }
+  void reduce_sum(float*, std::size_t, int root) override { check_root(root); }
+  void reduce_sum(double*, std::size_t, int root) override { check_root(root); }
+  void allreduce_sum(double*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int root) override { check_root(root); }
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+
+ private:
+  static void check_root(int root) {
+    if (root != 0) throw std::invalid_argument("single process: root must be 0, got " + std::to_string(root));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> single_process() { return std::make_shared<SingleProcess>(); }
+
+std::string broadcast_string(Communicator& comm, const std::string& s, int root) {
+  unsigned long long n = s.size();
+  comm.broadcast(&n, sizeof n, root);
+  std::string out = comm.rank() == root ? s : std::string(n, '\0');
+  if (n) comm.broadcast(out.data(), n, root);
+  return out;
+}
+
+void require_on_all_ranks(Communicator& comm, bool ok, const std::string& message) {
+  if (comm.size() == 1) {
+    if (!ok) throw std::invalid_argument(message);
+    return;
+  }
+  // each failing rank adds its rank + 1 to the sum and 1 to the count
+  double failed[2] = {ok ? 0.0 : double(comm.rank() + 1), ok ? 0.0 : 1.0};
+  comm.allreduce_sum(failed, 2);
+  if (failed[1] == 0) return;
+  if (!ok) throw std::invalid_argument(message);
+  throw std::invalid_argument(std::to_string(int(failed[1])) + " of " + std::to_string(comm.size()) +
+                              " ranks refused their data or settings (see their messages)");
+}
+
+void require_same_on_all_ranks(Communicator& comm, double value, const std::string& what) {
+  if (comm.size() == 1) return;
+  // rank 0's value, against which each rank checks its own exactly
+  double first = value;
+  comm.broadcast(&first, sizeof first, 0);
+  double differs = first == value || (first != first && value != value) ? 0.0 : 1.0;
+  comm.allreduce_sum(&differs, 1);
+  if (differs > 0)
+    throw std::runtime_error("the ranks disagree on " + what + " (" + std::to_string(int(differs)) + " of " +
+                             std::to_string(comm.size()) + " ranks differ from rank 0's " + std::to_string(first) + ")");
+}
+
+}  // namespace dpgrad
+
+namespace dpgrad {
+
+bool launched_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+#if !DPGRAD_HAVE_MPI
+std::shared_ptr<Communicator> world_communicator() {
+  if (!launched_by_mpi_launcher()) return nullptr;
+  throw std::runtime_error("an MPI launcher started this process, but this dpgrad was built without MPI (meson "
+                           "-Dmpi=enabled with libopenmpi-dev): each process would train alone");
+}
+#endif
+
+}  // namespace dpgrad
+
+namespace dpgrad {
+
+void share_generator(Communicator& comm, Rng& rng) {
+  require_private_generator(rng, "shared (sampling, directions)");
+  require_same_on_all_ranks(comm, rng.secure() ? 1.0 : 0.0, "the kind of generator (secure or reproducible)");
+  if (auto* secure = dynamic_cast<SecureRng*>(&rng)) {
+    alignas(std::uint64_t) unsigned char key[32] = {};
+    if (comm.rank() == 0) rng.fill_u64(reinterpret_cast<std::uint64_t*>(key), sizeof(key) / sizeof(std::uint64_t));
+    comm.broadcast(key, sizeof key, 0);
+    secure->set_key(key);
+    sodium_memzero(key, sizeof key);
+    return;
+  }
+  if (!rng.reproducible_opt_in())
+    throw std::invalid_argument("share_generator: only the secure generator or a ReproducibleRng can be shared");
+  rng.set_state(broadcast_string(comm, rng.state()));
+}
+
+}  // namespace dpgrad

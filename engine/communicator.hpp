@@ -1,0 +1,75 @@
+// Processes that train one model together (docs/distributed.md). A run with a
+// communicator shards its data over the processes ("ranks"): each clips its
+// share of every logical batch, the clipped sums meet on rank 0, which adds the
+// noise once, and every rank gets the same noised sum back. single_process() is
+// the communicator of one process; engine/mpi.hpp has MPI's (built with -Dmpi).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace dpgrad {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "1 process" or "MPI, 4 processes": for run output.
+  virtual std::string describe() const = 0;
+  /// x <- the sum of every rank's x, on rank `root` only (elsewhere x is left as it was).
+  virtual void reduce_sum(float* x, std::size_t n, int root) = 0;
+  virtual void reduce_sum(double* x, std::size_t n, int root) = 0;
+  /// x <- the sum of every rank's x, on every rank.
+  virtual void allreduce_sum(double* x, std::size_t n) = 0;
+  /// `bytes` bytes at `data` <- rank `root`'s, on every rank.
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  /// Ends every rank's process with `code` (the job cannot go on: a rank failed).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+/// The communicator of a run on one process (rank 0 of 1).
+std::shared_ptr<Communicator> single_process();
+
+/// Rank 0's string on every rank.
+std::string broadcast_string(Communicator& comm, const std::string& s, int root = 0);
+
+/// Throws std::invalid_argument on every rank when `ok` is false on any: with
+/// `message` where it failed, elsewhere naming the first rank that failed. Checks
+/// of one rank's data go through it, so that no rank waits for one that threw.
+void require_on_all_ranks(Communicator& comm, bool ok, const std::string& message);
+
+/// Throws std::runtime_error naming `what` unless every rank passed the same `value`
+/// (each rank compares its own with rank 0's, exactly; NaN equals NaN).
+void require_same_on_all_ranks(Communicator& comm, double value, const std::string& what);
+
+}  // namespace dpgrad
+
+namespace dpgrad {
+
+/// True when an MPI launcher (mpirun, mpiexec, srun with PMI) started this
+/// process: its environment names a rank.
+bool launched_by_mpi_launcher();
+
+/// MPI_COMM_WORLD (MPI initialised on first call, finalised at exit) when an MPI
+/// launcher started this process; null otherwise. Throws std::runtime_error when
+/// a launcher started it but this build has no MPI (each process would train
+/// alone, as many runs, each spending the privacy budget).
+std::shared_ptr<Communicator> world_communicator();
+
+}  // namespace dpgrad
+
+namespace dpgrad {
+
+class Rng;
+
+/// Makes `rng` the same stream on every rank (sampling and JL directions, which
+/// every rank must draw alike; docs/distributed.md). The secure generator is
+/// re-keyed with 32 bytes rank 0 draws from its own (sent to the others, then
+/// wiped); a ReproducibleRng takes rank 0's state. Any other generator, or
+/// generators of different kinds on different ranks, throw std::invalid_argument.
+void share_generator(Communicator& comm, Rng& rng);
+
+}  // namespace dpgrad

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# dpgrad-train under mpirun, as a user runs it (docs/distributed.md):
+#   run_train.sh MPIRUN DPGRAD_TRAIN
+# 1. two ranks release what one process releases (reproducible noise, by name);
+# 2. a strategy that cannot shard ends the job with a clear error, not a hang;
+# 3. a rank killed mid-run ends the job; the run then resumes from its last
+#    checkpoint and finishes with the epsilon of an uninterrupted run.
+set -uo pipefail
+mpirun=$1 train=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/dpgrad-mpi-train-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+np2() { "$mpirun" --oversubscribe -np 2 "$@"; }
+field() { grep '"final":true' "$1" | sed -E "s/.*\"$2\":([^,}]*).*/\1/"; }
+
+run=(--dataset synthetic --model mlp --hidden 16 --optimizer dp-sgd --lr 0.5 --batch-size 64)
+
+# 1. the same numbers from 1 process (no MPI) and from 2 ranks
+"$train" "${run[@]}" --epochs 2 --target-epsilon 3 --reproducible-noise --seed 3 --json >"$work/one.json" 2>/dev/null ||
+  fail "the single-process run failed"
+np2 "$train" "${run[@]}" --epochs 2 --target-epsilon 3 --reproducible-noise --seed 3 --json >"$work/two.json" 2>"$work/two.err" ||
+  { cat "$work/two.err" >&2; fail "the 2-rank run failed"; }
+[ "$(grep -c '"final":true' "$work/two.json")" = 1 ] || fail "2 ranks printed $(grep -c '"final":true' "$work/two.json") summaries, not 1"
+[ "$(field "$work/two.json" processes)" = 2 ] || fail "the summary does not say \"processes\": 2"
+for key in test_accuracy epsilon noise_multiplier; do
+  [ "$(field "$work/one.json" $key)" = "$(field "$work/two.json" $key)" ] ||
+    fail "$key: 1 process $(field "$work/one.json" $key), 2 ranks $(field "$work/two.json" $key)"
+done
+echo "ok: 2 ranks = 1 process (test accuracy $(field "$work/two.json" test_accuracy), epsilon $(field "$work/two.json" epsilon))"
+
+# 2. refused on every rank, with the reason, and a non-zero exit
+timeout 120 "$mpirun" --oversubscribe -np 2 "$train" "${run[@]}" --epochs 1 --target-epsilon 3 \
+  --clip-strategy microbatch:4 >"$work/micro.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "microbatch on 2 ranks: exit code $rc (124: it hung)"
+grep -q "cannot run on 2 processes" "$work/micro.out" || { cat "$work/micro.out" >&2; fail "no clear error for microbatch"; }
+echo "ok: microbatch:4 on 2 ranks refused (exit $rc)"
+
+# 3. killed, then resumed
+long=("${run[@]}" --epochs 8 --target-epsilon 3 --json)
+np2 "$train" "${long[@]}" >"$work/whole.json" 2>/dev/null || fail "the uninterrupted 2-rank run failed"
+ckpt="$work/ckpt"
+np2 "$train" "${long[@]}" --checkpoint-dir "$ckpt" >"$work/killed.json" 2>"$work/killed.err" &
+job=$!
+for _ in $(seq 600); do [ -f "$ckpt/latest" ] && break; sleep 0.1; done
+[ -f "$ckpt/latest" ] || { kill $job; fail "no checkpoint appeared"; }
+victim=$(pgrep -f -n "^$train .*--checkpoint-dir $ckpt") || fail "no rank process found"
+kill -9 "$victim"
+for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+if kill -0 $job 2>/dev/null; then kill -9 $job; fail "the job hung after a rank was killed"; fi
+wait $job
+rc=$?
+[ $rc -ne 0 ] || fail "the job whose rank was killed exited 0"
+grep -q '"final":true' "$work/killed.json" && fail "the killed job finished anyway (kill it earlier)"
+grep -qiE "signal 9|killed" "$work/killed.err" || { cat "$work/killed.err" >&2; fail "no message says a rank was killed"; }
+echo "ok: a rank killed mid-run ended the job (exit $rc, checkpoint at step $(cat "$ckpt/latest"))"
+np2 "$train" --resume --checkpoint-dir "$ckpt" --json >"$work/resumed.json" 2>"$work/resumed.err" ||
+  { cat "$work/resumed.err" >&2; fail "the resumed run failed"; }
+[ "$(field "$work/resumed.json" epsilon)" = "$(field "$work/whole.json" epsilon)" ] ||
+  fail "epsilon: resumed $(field "$work/resumed.json" epsilon), uninterrupted $(field "$work/whole.json" epsilon)"
+[ "$(field "$work/resumed.json" steps)" = "$(field "$work/whole.json" steps)" ] || fail "the resumed run's step count differs"
+echo "ok: resumed and finished at epsilon $(field "$work/resumed.json" epsilon), as the uninterrupted run"
