@@ -290,6 +290,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   cfg.epochs = o.epochs;
   cfg.max_steps = std::max(0L, o.max_steps);
   cfg.batch_size = o.batch;
+  cfg.physical_batch_size = o.physical_batch;
   if (dp) {
     cfg.sampling = o.sampler == "poisson" ? Sampling::poisson
                    : o.sampler == "shuffle" ? Sampling::shuffle
@@ -377,7 +378,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
 
   // ---- checkpoints: the trainer's state, and the program's history beside it
   long step = trainer.steps_done();
-  double loss_sum = 0, seconds_before = 0, communication = 0;
+  double loss_sum = 0, seconds_before = 0, communication = 0, waiting = 0, stepping = 0;
   std::size_t seen = 0;
   json history = json::array();
   if (resumed) {
@@ -408,8 +409,11 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     const long first = step - (epoch - 1) * per_epoch;  // > 0 when resuming inside an epoch
     long in_epoch = std::min(per_epoch, total_steps - (epoch - 1) * per_epoch);
     for (long s = first; s < in_epoch; ++s) {
+      const auto ts = std::chrono::steady_clock::now();
       StepStats st = trainer.step();
+      stepping += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
       communication += st.communication_seconds;
+      waiting += st.wait_seconds;
       ++step;
       if (show_loss) loss_sum += st.loss * double(st.batch);
       // counts and throughput of a private run use the expected batch size: the real one is private
@@ -472,7 +476,12 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   if (!not_private_note.empty()) summary["privacy_note"] = kNotPrivateReproducible;
   summary["total_seconds"] = total_s;
   summary["processes"] = trainer.processes();
-  if (comm) summary["communication_seconds"] = communication;
+  summary["threads"] = blas::threads();
+  summary["step_seconds"] = stepping;  // in trainer.step(), this session
+  if (comm) {
+    summary["communication_seconds"] = communication;  // summing and sending gradients
+    summary["wait_seconds"] = waiting;                 // waiting for the slowest rank to finish clipping
+  }
   if (dp) {
     summary["clip_strategy"] = strategy.name();
     summary["noise_multiplier"] = sigma;
@@ -497,8 +506,8 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
                                : std::string(" (NOT private: no noise)"))
                   : " (non-private)",
                step, total_s,
-               comm ? fmt::format(" on {} ({:.1f}s of it summing and sending gradients)", comm->describe(),
-                                  communication)
+               comm ? fmt::format(" on {} ({:.1f}s of it summing and sending gradients, {:.1f}s waiting for the "
+                                  "slowest rank)", comm->describe(), communication, waiting)
                     : "");
   return 0;
 }

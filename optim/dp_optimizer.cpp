@@ -142,12 +142,16 @@ ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch, Rng& aux) {
 }
 
 template <class T>
-double DPOptimizerT<T>::combine(ClipResult<T>& r, std::size_t& examples, const NoiseGrid* grid) {
+void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid) {
   Communicator& comm = *config_.communicator;
-  const auto start = std::chrono::steady_clock::now();
-  double counts[3] = {double(examples), r.loss_sum, double(r.clipped)};
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  // the counts' small message returns when the slowest rank has clipped its share
+  double counts[3] = {double(st.batch), r.loss_sum, double(r.clipped)};
   comm.allreduce_sum(counts, 3);
-  examples = std::size_t(counts[0]);
+  const auto synced = clock::now();
+  st.wait_seconds = std::chrono::duration<double>(synced - start).count();
+  st.batch = std::size_t(counts[0]);
   r.loss_sum = counts[1];
   r.clipped = std::size_t(counts[2]);
   // one message of every coordinate: summed onto rank 0, noised there once, sent back
@@ -173,7 +177,7 @@ double DPOptimizerT<T>::combine(ClipResult<T>& r, std::size_t& examples, const N
     std::copy(flat.begin() + std::ptrdiff_t(at), flat.begin() + std::ptrdiff_t(at + g.size()), g.begin());
     at += g.size();
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  st.communication_seconds = std::chrono::duration<double>(clock::now() - synced).count();
 }
 
 template <class T>
@@ -218,7 +222,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     st.noise_std = double(grid->scale) * grid->grid;
   }
   if (config_.communicator) {
-    st.communication_seconds = combine(r, st.batch, grid ? &*grid : nullptr);
+    combine(r, st, grid ? &*grid : nullptr);
   } else if (grid) {
     add_noise(r.sum, *grid);
   }

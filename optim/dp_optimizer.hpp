@@ -50,6 +50,7 @@ struct StepStats {
   std::size_t clipped = 0;    // contributions that were clipped
   double noise_std = 0;       // std of the noise added to the sum
   double communication_seconds = 0;  // data-parallel runs: time spent summing and sending the gradient
+  double wait_seconds = 0;           // data-parallel runs: time spent waiting for the slowest rank first
 };
 
 /// One parameter's gradient energy, averaged over the steps since the last reset.
@@ -112,8 +113,9 @@ class DPOptimizerT {
  private:
   ClipResult<T> clipped_sum(const BatchT<T>& batch, Rng& aux);
   /// Data-parallel runs: every rank's sums and counts added up, noised once on
-  /// rank 0 and sent back (docs/distributed.md); the time it took.
-  double combine(ClipResult<T>& r, std::size_t& examples, const NoiseGrid* grid);
+  /// rank 0 and sent back (docs/distributed.md); sets the step's wait and
+  /// communication times.
+  void combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid);
   /// The grid noise on every coordinate of `sums` (docs/noise.md).
   void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
 

@@ -22,6 +22,7 @@ struct Step {
   double noise_multiplier;  // sigma > 0 (noise std / sensitivity)
   long count = 1;           // >= 1
   int jl_dim = 0;           // 0: exact per-sample norms; K >= 1: DP-SGD-JL with K projections
+  bool operator==(const Step&) const = default;  // every field exactly
 };
 
 class Accountant {

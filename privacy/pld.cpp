@@ -34,15 +34,6 @@ struct PldAccountant::Composed {
 
 namespace {
 
-bool same_ledger(const std::vector<Step>& a, const std::vector<Step>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].sampling_rate != b[i].sampling_rate || a[i].noise_multiplier != b[i].noise_multiplier ||
-        a[i].count != b[i].count || a[i].jl_dim != b[i].jl_dim)
-      return false;
-  return true;
-}
-
 void check_options(const PldAccountant::Options& o) {
   auto bad = [](const std::string& what, double v, const std::string& need) {
     throw std::invalid_argument("PldAccountant: " + what + " must be " + need + ", got " + format_number(v));
@@ -100,7 +91,7 @@ double PldAccountant::last_grid_spacing() const {
 std::shared_ptr<const PldAccountant::Composed> PldAccountant::composed(double budget,
                                                                        bool with_lower) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (cache_ && same_ledger(cache_->ledger, ledger_) && cache_->budget <= budget &&
+  if (cache_ && cache_->ledger == ledger_ && cache_->budget <= budget &&
       (cache_->has_lower || !with_lower))
     return cache_;
   auto c = std::make_shared<Composed>();
@@ -216,7 +207,7 @@ double PldAccountant::delta(double epsilon) const {
   double budget = 1e-10;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (cache_ && same_ledger(cache_->ledger, ledger_)) budget = cache_->budget;
+    if (cache_ && cache_->ledger == ledger_) budget = cache_->budget;
   }
   double result = 1.0;
   for (int attempt = 0; attempt < 3; ++attempt) {

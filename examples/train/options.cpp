@@ -142,6 +142,10 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
   app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->check(kWholeNumber)->capture_default_str();
+  app.add_option("--physical-batch-size", o.physical_batch,
+                 "clip each batch in chunks of at most this many examples, noised and accounted once (0: one piece; "
+                 "naive, vanilla, ghost)")
+      ->check(kWholeNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)")->check(kWholeNumber);
   app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
   app.add_option("--clip-norm", o.clip_norm, "per-sample clipping norm C")->capture_default_str();
@@ -217,7 +221,7 @@ json restore_run_options(Options& o, const std::set<std::string>& given) {
     // options added since older checkpoints were written keep their defaults, which such runs used
     static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
                                                    "reproducible-noise", "report-train-loss", "vocab-file",
-                                                   "vocabulary"};
+                                                   "vocabulary", "physical-batch-size"};
     if (!stored.contains(flag) && added_later.count(flag)) return;
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])

@@ -29,6 +29,7 @@ struct Options {
   double adambc_floor = 1e-8;  // gamma' of dp-adambc
   double epochs = 2;
   std::size_t batch = 256;
+  std::size_t physical_batch = 0;  // > 0: clip in chunks of at most this many examples (memory, cache)
   double clip_norm = 1.0;
   std::optional<double> noise_multiplier, target_epsilon, delta;
   double epoch_fraction = 1.0;
@@ -75,6 +76,7 @@ void for_each_run_option(O& o, F&& f) {
   f("sat-rho", o.sat_rho);
   f("epochs", o.epochs);
   f("batch-size", o.batch);
+  f("physical-batch-size", o.physical_batch);
   f("max-steps", o.max_steps);
   f("clip-strategy", o.strategy);
   f("clip-norm", o.clip_norm);

@@ -108,15 +108,6 @@ RunResult train(const RunSpec& spec, const BatchT<double>& data, std::shared_ptr
   return r;
 }
 
-bool same_ledger(const std::vector<privacy::Step>& a, const std::vector<privacy::Step>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].sampling_rate != b[i].sampling_rate || a[i].noise_multiplier != b[i].noise_multiplier ||
-        a[i].count != b[i].count || a[i].jl_dim != b[i].jl_dim)
-      return false;
-  return true;
-}
-
 /// True when every rank passed the same values.
 bool same_on_all_ranks(Communicator& comm, const std::vector<double>& v) {
   double sum = 0, weighted = 0;
@@ -151,7 +142,7 @@ TEST_CASE("2 ranks train exactly as 1 rank, for every strategy that shards and e
       const RunResult one = train(spec, all, self());
       CHECK(max_difference(one.params, two.params) < 1e-9);
       CHECK(max_difference(one.params, two.params) >= 0);
-      CHECK(same_ledger(one.ledger, two.ledger));
+      CHECK(one.ledger == two.ledger);
       CHECK(one.ledger.size() == 1);
       CHECK(one.epsilon == two.epsilon);
       CHECK(one.batch_total == two.batch_total);
@@ -294,7 +285,7 @@ TEST_CASE("a 2-rank checkpoint resumes on 2 ranks and on 1, with the same parame
   };
   const RunResult again = resume(mine, comm);
   CHECK(max_difference(again.params, whole.params) < 1e-12);
-  CHECK(same_ledger(again.ledger, whole.ledger));
+  CHECK(again.ledger == whole.ledger);
   CHECK(again.epsilon == whole.epsilon);
   if (comm->rank() == 0) {
     const RunResult alone = resume(all, self());
