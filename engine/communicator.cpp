@@ -22,11 +22,19 @@ class SingleProcess final : public Communicator {
   void reduce_sum(float*, std::size_t, int root) override { check_root(root); }
   void reduce_sum(double*, std::size_t, int root) override { check_root(root); }
   void allreduce_sum(double*, std::size_t) override {}
+  void reduce_scatter_sum(float*, const std::vector<std::size_t>& counts) override { check_counts(counts); }
+  void reduce_scatter_sum(double*, const std::vector<std::size_t>& counts) override { check_counts(counts); }
+  void allgather(float*, const std::vector<std::size_t>& counts) override { check_counts(counts); }
+  void allgather(double*, const std::vector<std::size_t>& counts) override { check_counts(counts); }
   void broadcast(void*, std::size_t, int root) override { check_root(root); }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
 
  private:
+  static void check_counts(const std::vector<std::size_t>& counts) {
+    if (counts.size() != 1) throw std::invalid_argument("single process: one part expected, got " +
+                                                        std::to_string(counts.size()));
+  }
   static void check_root(int root) {
     if (root != 0) throw std::invalid_argument("single process: root must be 0, got " + std::to_string(root));
   }

@@ -1,13 +1,15 @@
 // Processes that train one model together (docs/distributed.md). A run with a
 // communicator shards its data over the processes ("ranks"): each clips its
-// share of every logical batch, the clipped sums meet on rank 0, which adds the
-// noise once, and every rank gets the same noised sum back. single_process() is
+// share of every logical batch, the clipped sums are added up across ranks,
+// each coordinate is noised once, and every rank gets the same noised sum
+// back. single_process() is
 // the communicator of one process; engine/mpi.hpp has MPI's (built with -Dmpi).
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dpgrad {
 
@@ -23,6 +25,14 @@ class Communicator {
   virtual void reduce_sum(double* x, std::size_t n, int root) = 0;
   /// x <- the sum of every rank's x, on every rank.
   virtual void allreduce_sum(double* x, std::size_t n) = 0;
+  /// x has the same layout on every rank, cut into consecutive parts of counts[r]
+  /// values (one per rank, summing to x's length). On rank r, part r of x <- the
+  /// sum of every rank's part r; the rest of x is left as it was.
+  virtual void reduce_scatter_sum(float* x, const std::vector<std::size_t>& counts) = 0;
+  virtual void reduce_scatter_sum(double* x, const std::vector<std::size_t>& counts) = 0;
+  /// The same layout: part r of x, on every rank <- rank r's part r.
+  virtual void allgather(float* x, const std::vector<std::size_t>& counts) = 0;
+  virtual void allgather(double* x, const std::vector<std::size_t>& counts) = 0;
   /// `bytes` bytes at `data` <- rank `root`'s, on every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -227,37 +227,52 @@ void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
 }
 
 template <class T>
-void add_grid_noise_parts(Rng& rng, const NoiseGrid& g, const std::vector<std::span<T>>& parts) {
-  std::size_t total = 0;
-  for (const auto& p : parts) total += p.size();
-  constexpr std::size_t kSplitAbove = 16384;
-  if (total <= kSplitAbove) {
-    for (const auto& p : parts) add_grid_noise_impl(rng, g, p.data(), p.size());
-    return;
+std::vector<std::span<T>> blocks_of(const std::vector<std::span<T>>& parts) {
+  std::vector<std::span<T>> blocks;
+  for (const auto& part : parts)
+    for (std::size_t at = 0; at < part.size(); at += kNoiseBlock)
+      blocks.push_back(part.subspan(at, std::min(kNoiseBlock, part.size() - at)));
+  return blocks;
+}
+
+template <class T>
+void add_noise_to_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<T>>& blocks, std::size_t first,
+                         std::size_t last) {
+  if (first > last || last > blocks.size())
+    throw std::invalid_argument("add_grid_noise_blocks: blocks [" + std::to_string(first) + ", " +
+                                std::to_string(last) + ") of " + std::to_string(blocks.size()));
+  const std::unique_ptr<Rng> step = rng.split();
+  std::vector<std::unique_ptr<Rng>> own(last - first);
+  for (std::size_t b = 0; b < last; ++b) {
+    std::unique_ptr<Rng> child = step->split();
+    if (b >= first) own[b - first] = std::move(child);
   }
-  std::unique_ptr<Rng> second = rng.split();
-  Rng* generators[2] = {&rng, second.get()};
-  const std::size_t half = total / 2;
-  parallel::for_range(2, 1, [&](std::size_t first, std::size_t last) {
-    for (std::size_t piece = first; piece < last; ++piece) {
-      const std::size_t lo = piece == 0 ? 0 : half, hi = piece == 0 ? half : total;
-      std::size_t offset = 0;  // of the current part among all coordinates
-      for (const auto& p : parts) {
-        const std::size_t begin = std::max(lo, offset), end = std::min(hi, offset + p.size());
-        if (begin < end) add_grid_noise_impl(*generators[piece], g, p.data() + (begin - offset), end - begin);
-        offset += p.size();
-      }
-    }
+  parallel::for_range(own.size(), 1, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) add_grid_noise_impl(*own[i], g, blocks[first + i].data(), blocks[first + i].size());
   });
 }
 
 }  // namespace
 
+std::vector<std::span<float>> noise_blocks(const std::vector<std::span<float>>& parts) { return blocks_of(parts); }
+std::vector<std::span<double>> noise_blocks(const std::vector<std::span<double>>& parts) { return blocks_of(parts); }
+
+void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& blocks,
+                           std::size_t first, std::size_t last) {
+  add_noise_to_blocks(rng, g, blocks, first, last);
+}
+void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& blocks,
+                           std::size_t first, std::size_t last) {
+  add_noise_to_blocks(rng, g, blocks, first, last);
+}
+
 void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& parts) {
-  add_grid_noise_parts(rng, g, parts);
+  const auto blocks = blocks_of(parts);
+  add_noise_to_blocks(rng, g, blocks, 0, blocks.size());
 }
 void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& parts) {
-  add_grid_noise_parts(rng, g, parts);
+  const auto blocks = blocks_of(parts);
+  add_noise_to_blocks(rng, g, blocks, 0, blocks.size());
 }
 
 void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -52,6 +54,14 @@ class MpiCommunicator final : public Communicator {
       check(MPI_Bcast(p + at, count, MPI_BYTE, root, comm_), "Bcast");
     });
   }
+  void reduce_scatter_sum(float* x, const std::vector<std::size_t>& counts) override {
+    reduce_scatter(x, counts, MPI_FLOAT);
+  }
+  void reduce_scatter_sum(double* x, const std::vector<std::size_t>& counts) override {
+    reduce_scatter(x, counts, MPI_DOUBLE);
+  }
+  void allgather(float* x, const std::vector<std::size_t>& counts) override { gather(x, counts, MPI_FLOAT); }
+  void allgather(double* x, const std::vector<std::size_t>& counts) override { gather(x, counts, MPI_DOUBLE); }
   void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(comm_, code);
@@ -59,6 +69,36 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  /// MPI's counts and displacements (int) of parts of `counts` values.
+  void layout(const std::vector<std::size_t>& counts, std::vector<int>& n, std::vector<int>& at) const {
+    if (counts.size() != std::size_t(size_))
+      throw std::invalid_argument("MPI: " + std::to_string(counts.size()) + " parts for " + std::to_string(size_) +
+                                  " ranks");
+    std::size_t total = 0;
+    n.clear();
+    at.clear();
+    for (const std::size_t c : counts) {
+      if (total + c > std::size_t(std::numeric_limits<int>::max()))
+        throw std::invalid_argument("MPI: more than 2^31 - 1 values in one reduce-scatter or gather");
+      at.push_back(int(total));
+      n.push_back(int(c));
+      total += c;
+    }
+  }
+  template <class V>
+  void reduce_scatter(V* x, const std::vector<std::size_t>& counts, MPI_Datatype type) {
+    std::vector<int> n, at;
+    layout(counts, n, at);
+    std::vector<V> part(std::max<std::size_t>(1, counts[std::size_t(rank_)]));
+    check(MPI_Reduce_scatter(x, part.data(), n.data(), type, MPI_SUM, comm_), "Reduce_scatter");
+    std::copy(part.begin(), part.begin() + n[std::size_t(rank_)], x + at[std::size_t(rank_)]);
+  }
+  template <class V>
+  void gather(V* x, const std::vector<std::size_t>& counts, MPI_Datatype type) {
+    std::vector<int> n, at;
+    layout(counts, n, at);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, type, x, n.data(), at.data(), type, comm_), "Allgatherv");
+  }
   template <class V>
   void reduce(V* x, std::size_t n, MPI_Datatype type, int root) {
     in_pieces(n, [&](std::size_t at, int count) {

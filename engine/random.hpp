@@ -190,10 +190,27 @@ NoiseGrid noise_grid(double noise_std);
 void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n);
 void add_grid_noise(Rng& rng, const NoiseGrid& g, double* x, std::size_t n);
 
-/// The same on every coordinate of `parts` (a step's gradient, array by array).
-/// Above 16384 coordinates in all, the first and second halves of them are drawn
-/// at once on two threads, the second half from a generator split off `rng`
-/// (Rng::split), so the draws do not depend on the number of threads.
+/// Noise blocks: a step's gradient is noised in blocks of at most kNoiseBlock
+/// coordinates, each within one array, each drawn from its own generator. The
+/// block generators are split in block order off one generator split off `rng`
+/// (Rng::split), which `rng` pays for with one split whatever the blocks drawn.
+/// So a block's noise is the same whichever thread or process draws it: the
+/// blocks go to the engine's threads, and the ranks of a data-parallel run each
+/// draw their own blocks (docs/distributed.md).
+inline constexpr std::size_t kNoiseBlock = std::size_t(1) << 16;
+
+/// `parts` (a step's gradient, array by array) cut into its noise blocks, in order.
+std::vector<std::span<float>> noise_blocks(const std::vector<std::span<float>>& parts);
+std::vector<std::span<double>> noise_blocks(const std::vector<std::span<double>>& parts);
+
+/// The grid noise on blocks [first, last) of `blocks` (noise_blocks of a step's gradient).
+void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& blocks,
+                           std::size_t first, std::size_t last);
+void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& blocks,
+                           std::size_t first, std::size_t last);
+
+/// The same on every coordinate of `parts` (a step's gradient, array by array):
+/// every block of noise_blocks(parts).
 void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& parts);
 void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& parts);
 

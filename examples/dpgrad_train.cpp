@@ -357,8 +357,8 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     say("  non-private training: no clipping, no noise, no privacy guarantee");
   }
   if (comm)
-    say(fmt::format("  data-parallel: {}, {} engine thread{} each; each clips its shard of every batch, rank 0 adds "
-                    "the noise once (docs/distributed.md)", comm->describe(), blas::threads(),
+    say(fmt::format("  data-parallel: {}, {} engine thread{} each; each clips its shard of every batch, each "
+                    "coordinate is noised once (docs/distributed.md)", comm->describe(), blas::threads(),
                     blas::threads() == 1 ? "" : "s"));
   if (o.augment_views > 0)
     say(fmt::format("  augmentation multiplicity: {} random views per example (shifts up to {} px{}), each example's "

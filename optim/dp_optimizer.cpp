@@ -154,30 +154,48 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* 
   st.batch = std::size_t(counts[0]);
   r.loss_sum = counts[1];
   r.clipped = std::size_t(counts[2]);
-  // one message of every coordinate: summed onto rank 0, noised there once, sent back
+  // Every coordinate is summed onto the rank that owns its noise block, noised
+  // there once, and gathered back to every rank: a reduce-scatter and an
+  // all-gather, which move what one all-reduce moves and share the noise's
+  // drawing among the ranks (docs/distributed.md).
   std::vector<T> flat;
   flat.reserve(model_.parameter_count());
-  for (const auto& g : r.sum) flat.insert(flat.end(), g.begin(), g.end());
+  std::vector<std::size_t> sizes;
+  for (const auto& g : r.sum) {
+    flat.insert(flat.end(), g.begin(), g.end());
+    sizes.push_back(g.size());
+  }
   if (flat.size() != model_.parameter_count())
     throw std::logic_error("data-parallel step: the clipped sum has " + std::to_string(flat.size()) +
                            " coordinates, the model " + std::to_string(model_.parameter_count()));
-  comm.reduce_sum(flat.data(), flat.size(), 0);
-  if (grid && comm.rank() == 0) {  // drawn array by array, as a single process draws it
-    std::vector<std::span<T>> parts;
-    std::size_t at = 0;
-    for (const auto& g : r.sum) {
-      parts.emplace_back(flat.data() + at, g.size());
-      at += g.size();
+  std::vector<std::span<T>> parts;
+  for (std::size_t i = 0, at = 0; i < sizes.size(); at += sizes[i], ++i) parts.emplace_back(flat.data() + at, sizes[i]);
+  const std::vector<std::span<T>> blocks = noise_blocks(parts);
+  // block b goes to the rank its first coordinate falls to when the coordinates are cut in equal parts
+  const std::size_t ranks = std::size_t(comm.size()), total = flat.size();
+  std::vector<std::size_t> shares(ranks, 0);  // coordinates per rank
+  std::size_t first = blocks.size(), last = 0;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const std::size_t start = std::size_t(blocks[b].data() - flat.data());
+    const std::size_t owner = std::min(ranks - 1, std::size_t((long double)(start) * ranks / total));
+    shares[owner] += blocks[b].size();
+    if (owner == std::size_t(comm.rank())) {
+      first = std::min(first, b);
+      last = b + 1;
     }
-    add_grid_noise(noise_rng_, *grid, parts);
   }
-  comm.broadcast(flat.data(), flat.size() * sizeof(T), 0);
+  if (first > last) first = last;
+  comm.reduce_scatter_sum(flat.data(), shares);
+  const auto noise_start = clock::now();
+  if (grid) add_grid_noise_blocks(noise_rng_, *grid, blocks, first, last);  // every rank: the streams stay in step
+  const double noising = std::chrono::duration<double>(clock::now() - noise_start).count();
+  comm.allgather(flat.data(), shares);
   std::size_t at = 0;
   for (auto& g : r.sum) {
     std::copy(flat.begin() + std::ptrdiff_t(at), flat.begin() + std::ptrdiff_t(at + g.size()), g.begin());
     at += g.size();
   }
-  st.communication_seconds = std::chrono::duration<double>(clock::now() - synced).count();
+  st.communication_seconds = std::chrono::duration<double>(clock::now() - synced).count() - noising;
 }
 
 template <class T>

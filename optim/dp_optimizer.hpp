@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,11 @@ struct DPConfig {
   /// ghost) split; others are refused.
   std::size_t physical_batch = 0;
   /// A data-parallel run (docs/distributed.md): each rank passes step() its share
-  /// of the logical batch; the clipped sums meet on rank 0, which adds the noise
-  /// once, and every rank applies the same noised sum. Null: one process, no messages.
+  /// of the logical batch; the clipped sums are reduce-scattered, each rank noises
+  /// the coordinates it owns (each coordinate once), and all-gathered, so every
+  /// rank applies the same noised sum. `noise_rng` should then be the same stream
+  /// on every rank (share_generator) for results that do not depend on the number
+  /// of ranks; privacy needs only that each is secure. Null: one process, no messages.
   std::shared_ptr<Communicator> communicator;
 };
 
@@ -112,11 +116,11 @@ class DPOptimizerT {
 
  private:
   ClipResult<T> clipped_sum(const BatchT<T>& batch, Rng& aux);
-  /// Data-parallel runs: every rank's sums and counts added up, noised once on
-  /// rank 0 and sent back (docs/distributed.md); sets the step's wait and
-  /// communication times.
+  /// Data-parallel runs: every rank's sums and counts added up, each coordinate
+  /// noised once by the rank that owns it, and gathered back to every rank
+  /// (docs/distributed.md); sets the step's wait and communication times.
   void combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid);
-  /// The grid noise on every coordinate of `sums` (docs/noise.md).
+  /// The grid noise on every coordinate of `sums` (docs/noise.md), block by block.
   void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
 
   ModelT<T>& model_;

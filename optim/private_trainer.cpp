@@ -193,9 +193,10 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
   noise_rng_ = make_private_rng(reproducible, c.seed + 1);
   aux_rng_ = make_private_rng(reproducible, c.seed + 2);
   sample_rng_ = make_private_rng(reproducible, c.seed + 3);
-  if (c.communicator) {  // every rank draws the same batches and directions (docs/distributed.md)
+  if (c.communicator) {  // every rank draws the same batches, directions and noise streams (docs/distributed.md)
     share_generator(*c.communicator, *sample_rng_);
     share_generator(*c.communicator, *aux_rng_);
+    share_generator(*c.communicator, *noise_rng_);
   }
 
   DPConfig dc;
@@ -231,6 +232,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     if (c.communicator) {  // the secure generators re-keyed on loading: each rank its own
       share_generator(*c.communicator, *sample_rng_);
       share_generator(*c.communicator, *aux_rng_);
+      share_generator(*c.communicator, *noise_rng_);
     }
   }
 }

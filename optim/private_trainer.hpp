@@ -86,7 +86,7 @@ struct PrivateTrainingConfigT {
   /// A data-parallel run: `train` is this rank's shard, its ids the records'
   /// positions in the whole training set (every position on exactly one rank).
   /// Batches are drawn over the whole set from a generator all ranks share, each
-  /// rank clips its records of the batch, rank 0 adds the noise once and every
+  /// rank clips its records of the batch, each coordinate is noised once and every
   /// rank applies the same update; one ledger. Every rank must make the same calls
   /// in the same order (step, save, evaluate_sharded). Null: one process.
   std::shared_ptr<Communicator> communicator;

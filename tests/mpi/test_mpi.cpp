@@ -68,6 +68,7 @@ struct RunSpec {
   std::string strategy = "ghost";
   Sampling sampling = Sampling::poisson;
   long steps = 20;
+  std::vector<std::size_t> sizes = {6, 8, 3};  // the MLP's layers
 };
 
 struct RunResult {
@@ -97,7 +98,7 @@ PrivateTrainingConfigT<double> config(const RunSpec& spec, std::shared_ptr<Commu
 /// A run of spec.steps steps on `data` (this rank's shard, or everything on one process).
 RunResult train(const RunSpec& spec, const BatchT<double>& data, std::shared_ptr<Communicator> comm) {
   FastRng init(1);
-  auto model = make_mlp<double>({6, 8, 3}, Activation::tanh, init);
+  auto model = make_mlp<double>(spec.sizes, Activation::tanh, init);
   SgdT<double> sgd(model->parameters(), 0.1, 0.9);
   PrivateTrainerT<double> trainer(*model, sgd, data, config(spec, std::move(comm)));
   RunResult r;
@@ -129,12 +130,15 @@ bool same_on_all_ranks(Communicator& comm, const std::vector<double>& v) {
 TEST_CASE("2 ranks train exactly as 1 rank, for every strategy that shards and every sampler") {
   auto comm = world();
   REQUIRE(comm->size() == 2);
-  const BatchT<double> all = records(96, 6);
+  // the last: 124,410 parameters, 5 noise blocks of at most 2^16 coordinates, drawn by both ranks
   const std::vector<RunSpec> specs = {{"naive"}, {"vanilla"}, {"ghost"}, {"jl:3"},
-                                      {"ghost", Sampling::shuffle}, {"vanilla", Sampling::fixed}};
+                                      {"ghost", Sampling::shuffle}, {"vanilla", Sampling::fixed},
+                                      {"ghost", Sampling::poisson, 5, {300, 400, 10}}};
   for (const RunSpec& spec : specs) {
     CAPTURE(spec.strategy);
     CAPTURE(to_string(spec.sampling));
+    CAPTURE(spec.sizes[0]);
+    const BatchT<double> all = records(96, spec.sizes[0]);
     const RunResult two = train(spec, shard(all, *comm), comm);
     CHECK(same_on_all_ranks(*comm, two.params));
     if (comm->rank() == 0) {
@@ -198,7 +202,8 @@ TEST_CASE("Poisson sampling over the union of the shards has rate q, and the ran
 TEST_CASE("the noise is drawn once per step: variance sigma^2 C^2 in all, the same on every rank") {
   auto comm = world();
   FastRng init(2);
-  auto model = make_mlp<double>({50, 40, 10}, Activation::tanh, init);
+  // 124,410 parameters: 5 noise blocks, the first drawn by rank 0, the others by rank 1
+  auto model = make_mlp<double>({300, 400, 10}, Activation::tanh, init);
   SgdT<double> sgd(model->parameters(), 1.0);
   auto strategy = make_clip_strategy<double>("ghost", 10.0);
   auto sampler = poisson_sampler(100, 10);  // q 0.1, expected batch 10
@@ -210,7 +215,7 @@ TEST_CASE("the noise is drawn once per step: variance sigma^2 C^2 in all, the sa
   dc.communicator = comm;
   DPOptimizerT<double> opt(*model, sgd, *strategy, dc, *sampler, noise, aux, nullptr);
   BatchT<double> empty;  // no examples on any rank: what moves the parameters is the noise alone
-  empty.inputs = ArrayT<double>::from_shape({0, 50});
+  empty.inputs = ArrayT<double>::from_shape({0, 300});
   double sum_sq = 0;
   std::size_t count = 0;
   for (int s = 0; s < 5; ++s) {

@@ -190,9 +190,10 @@ TEST_CASE("dp optimizer: DP-SAT takes the gradients at theta + rho g / ||g||, g 
     set_params(at);
     ClipResult<double> r = strategy->clipped_sum(*model, b, grid_clip, aux_ref);
     std::vector<A> g;
+    auto step = noise_ref.split();  // each array (one noise block here) from its own split of the step's
     for (auto& s : r.sum) {
       A n = s;
-      add_grid_noise(noise_ref, grid, n.data(), n.size());
+      add_grid_noise(*step->split(), grid, n.data(), n.size());
       g.push_back(n / 6.0);
     }
     return g;
@@ -355,8 +356,8 @@ TEST_CASE("dp optimizer: the accountant must analyse the sampler that draws the 
 }
 
 TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the noise grid plus grid * k") {
-  // 2040 coordinates: one stream; 36440: two halves at once, the second from a split-off generator
-  for (std::size_t hidden : {std::size_t(0), std::size_t(400)}) {
+  // 2040 coordinates: one noise block; 127,440: the first layer's 70,000 weights in two blocks, five in all
+  for (std::size_t hidden : {std::size_t(0), std::size_t(1400)}) {
     CAPTURE(hidden);
     FastRng init(21), data(24);
     ReproducibleRng noise(22), aux(23);
@@ -389,7 +390,8 @@ TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the
     ClipResult<double> sum = strategy->clipped_sum(*model, b, dp.grid_clip_norm(), aux_copy);
     StepStats st = dp.step(b);
     CHECK(st.noise_std == double(grid.scale) * grid.grid);
-    // the draws the optimizer should have made: per array, or per array's part of each half
+    // the draws the optimizer should have made: per block of at most 2^16 coordinates within an
+    // array, each block from its own generator, split in order off one split of the noise generator
     std::vector<std::int64_t> k;
     const GridNoiseSampler sampler_k(grid.scale);
     auto draw = [&](Rng& g, std::size_t n) {
@@ -397,21 +399,10 @@ TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the
       sampler_k.fill(g, part.data(), n);
       k.insert(k.end(), part.begin(), part.end());
     };
-    if (P <= 16384) {
-      for (const auto& p : params) draw(noise_copy, p.value().size());
-    } else {
-      auto second = noise_copy.split();
-      const std::size_t half = P / 2;
-      for (int piece = 0; piece < 2; ++piece) {
-        std::size_t offset = 0;
-        for (const auto& p : params) {
-          const std::size_t lo = piece ? half : 0, hi = piece ? P : half;
-          const std::size_t begin = std::max(lo, offset), end = std::min(hi, offset + p.value().size());
-          if (begin < end) draw(piece ? *second : noise_copy, end - begin);
-          offset += p.value().size();
-        }
-      }
-    }
+    auto step = noise_copy.split();
+    for (const auto& p : params)
+      for (std::size_t at = 0; at < p.value().size(); at += 65536)
+        draw(*step->split(), std::min<std::size_t>(65536, p.value().size() - at));
     std::size_t off_grid = 0, not_k = 0, coords = 0;
     for (std::size_t j = 0; j < params.size(); ++j) {
       const A released = dp.sat_direction()[j] * expected_batch;  // exact: L is a power of two
