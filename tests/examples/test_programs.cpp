@@ -144,6 +144,24 @@ TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon w
   CHECK(t.out.find("train loss (not covered by epsilon)") != std::string::npos);
 }
 
+TEST_CASE("dpgrad-train: --physical-batch-size clips in chunks and releases what one piece releases") {
+  const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
+                                   "--epochs 1 --noise-multiplier 1.0 --reproducible-noise --seed 4 --json";
+  Run whole = run(base);
+  Run chunks = run(base + " --physical-batch-size 16");
+  REQUIRE(whole.status == 0);
+  REQUIRE(chunks.status == 0);
+  const auto a = last_json(whole.out), b = last_json(chunks.out);
+  CHECK(a["processes"] == 1);
+  CHECK(a["test_accuracy"].get<double>() == doctest::Approx(b["test_accuracy"].get<double>()).epsilon(0.02));
+  CHECK(a["epsilon"] == b["epsilon"]);
+  // strategies whose contributions are not per example cannot split
+  Run jl = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                       "--noise-multiplier 4 --physical-batch-size 16 --clip-strategy jl:2");
+  CHECK(jl.status != 0);
+  CHECK(jl.out.find("physical batches of 16") != std::string::npos);
+}
+
 TEST_CASE("dpgrad-train: two default private runs release different parameters; two reproducible runs the same") {
   dpgrad::test::TempDir tmp("dpgrad-noise");
   auto params = [&](const std::string& name, const std::string& more) {
