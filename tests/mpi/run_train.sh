@@ -4,9 +4,11 @@
 # 1. two ranks release what one process releases (reproducible noise, by name);
 # 2. a strategy that cannot shard ends the job with a clear error, not a hang;
 # 3. a rank killed mid-run ends the job; the run then resumes from its last
-#    checkpoint and finishes with the epsilon of an uninterrupted run.
+#    checkpoint, on 2 ranks and on 1 process, and finishes with the epsilon of
+#    an uninterrupted run.
 set -uo pipefail
 mpirun=$1 train=$2
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/dpgrad-mpi-train-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -54,9 +56,18 @@ rc=$?
 grep -q '"final":true' "$work/killed.json" && fail "the killed job finished anyway (kill it earlier)"
 grep -qiE "signal 9|killed" "$work/killed.err" || { cat "$work/killed.err" >&2; fail "no message says a rank was killed"; }
 echo "ok: a rank killed mid-run ended the job (exit $rc, checkpoint at step $(cat "$ckpt/latest"))"
+cp -r "$ckpt" "$work/ckpt1"
+rm -f "$work/ckpt1/.lock"
 np2 "$train" --resume --checkpoint-dir "$ckpt" --json >"$work/resumed.json" 2>"$work/resumed.err" ||
   { cat "$work/resumed.err" >&2; fail "the resumed run failed"; }
 [ "$(field "$work/resumed.json" epsilon)" = "$(field "$work/whole.json" epsilon)" ] ||
   fail "epsilon: resumed $(field "$work/resumed.json" epsilon), uninterrupted $(field "$work/whole.json" epsilon)"
 [ "$(field "$work/resumed.json" steps)" = "$(field "$work/whole.json" steps)" ] || fail "the resumed run's step count differs"
 echo "ok: resumed and finished at epsilon $(field "$work/resumed.json" epsilon), as the uninterrupted run"
+# the same checkpoint on one process: the batches never depended on the number of ranks
+"$train" --resume --checkpoint-dir "$work/ckpt1" --json >"$work/resumed1.json" 2>"$work/resumed1.err" ||
+  { cat "$work/resumed1.err" >&2; fail "the 2-rank checkpoint did not resume on one process"; }
+[ "$(field "$work/resumed1.json" epsilon)" = "$(field "$work/whole.json" epsilon)" ] ||
+  fail "epsilon resumed on 1 process: $(field "$work/resumed1.json" epsilon), uninterrupted $(field "$work/whole.json" epsilon)"
+[ "$(field "$work/resumed1.json" processes)" = 1 ] || fail "the resumed single-process run does not say \"processes\": 1"
+echo "ok: the 2-rank checkpoint also resumed on one process, at the same epsilon"
