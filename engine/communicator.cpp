@@ -88,6 +88,12 @@ bool launched_by_mpi_launcher() {
   return false;
 }
 
+void require_single_process() {
+  if (launched_by_mpi_launcher())
+    throw std::invalid_argument("an MPI launcher started this program, which runs on one process: each copy would "
+                                "spend the privacy budget again (dpgrad-train is the data-parallel program)");
+}
+
 #if !DPGRAD_HAVE_MPI
 std::shared_ptr<Communicator> world_communicator() {
   if (!launched_by_mpi_launcher()) return nullptr;

@@ -63,6 +63,11 @@ namespace dpgrad {
 /// process: its environment names a rank.
 bool launched_by_mpi_launcher();
 
+/// Throws std::invalid_argument when an MPI launcher started this process, for
+/// programs that run on one process only: each of the launcher's copies would
+/// spend the privacy budget again.
+void require_single_process();
+
 /// MPI_COMM_WORLD (MPI initialised on first call, finalised at exit) when an MPI
 /// launcher started this process; null otherwise. Throws std::runtime_error when
 /// a launcher started it but this build has no MPI (each process would train

@@ -15,6 +15,7 @@
 
 #include "data/datasets.hpp"
 #include "data/idx.hpp"
+#include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "examples/pate/options.hpp"
 #include "layers/models.hpp"
@@ -251,6 +252,7 @@ int run(const pate::Options& o) {
 
 int main(int argc, char** argv) {
   try {
+    require_single_process();
     const pate::Parsed parsed = pate::parse_pate_options(argc, argv);
     if (parsed.exit_code) return *parsed.exit_code;
     return run(parsed.options);

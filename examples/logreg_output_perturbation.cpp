@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "data/idx.hpp"
 #include "examples/logreg/logreg.hpp"
@@ -109,6 +110,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   try {
+    require_single_process();
     const logreg::Parsed parsed = logreg::parse_logreg_options(argc, argv);
     if (parsed.exit_code) return *parsed.exit_code;
     return run(parsed.options);

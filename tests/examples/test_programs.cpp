@@ -589,3 +589,15 @@ TEST_CASE("dpgrad-train: the transformer and the scattering heads train privatel
   CHECK(views.status == 2);
   CHECK(views.out.find("--augment-views does not apply") != std::string::npos);
 }
+
+TEST_CASE("single-process programs refuse to run under an MPI launcher: each copy would spend the budget again") {
+  // what mpirun puts in each process's environment
+  for (const std::string program : {std::string(DPGRAD_PATE), std::string(DPGRAD_LOGREG)}) {
+    CAPTURE(program);
+    Run r = run("OMPI_COMM_WORLD_SIZE=2 " + program + " --help");
+    CHECK(r.status != 0);
+    CHECK(r.out.find("runs on one process") != std::string::npos);
+    Run plain = run(program + " --help");
+    CHECK(plain.status == 0);
+  }
+}
