@@ -128,14 +128,11 @@ int threads_per_rank(const Communicator* comm, int asked) {
   return std::max(1, int(std::thread::hardware_concurrency()) / ranks_here);
 }
 
-/// Every rank's shard of `b`: the examples at positions rank, rank + size, ...
-/// Each keeps its position in the whole set as its id (data-parallel runs).
-BatchT<float> shard_of(BatchT<float> b, const Communicator& comm) {
-  b.ids.resize(b.examples() * b.views);
-  for (std::size_t i = 0; i < b.ids.size(); ++i) b.ids[i] = std::int64_t(i / b.views);
+/// This rank's positions among `examples`: rank, rank + size, ... (data-parallel runs).
+std::vector<std::size_t> shard_positions(std::size_t examples, const Communicator& comm) {
   std::vector<std::size_t> rows;
-  for (std::size_t i = std::size_t(comm.rank()); i < b.examples(); i += std::size_t(comm.size())) rows.push_back(i);
-  return b.select(rows);
+  for (std::size_t i = std::size_t(comm.rank()); i < examples; i += std::size_t(comm.size())) rows.push_back(i);
+  return rows;
 }
 
 int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& comm) {
@@ -206,10 +203,13 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
                                                    "size", shape_str(train_shape), shape_str(test_shape)));
   }
   // a data-parallel run: each rank keeps its shard of the training and test sets
+  // (records keep their ids, which key the rules fixed per record; positions only place them)
   const std::size_t whole_train = data.train.examples();
+  std::vector<std::size_t> train_positions;
   if (comm) {
-    data.train = shard_of(std::move(data.train), *comm);
-    data.test = shard_of(std::move(data.test), *comm);
+    train_positions = shard_positions(whole_train, *comm);
+    data.train = data.train.select(train_positions);
+    data.test = data.test.select(shard_positions(data.test.examples(), *comm));
   }
   if (model_reads_scattering(o.model)) {
     require(!data.tokens, o.model + " needs an image dataset (its input is the images' scattering transform)");
@@ -311,6 +311,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   cfg.reproducible_noise = o.reproducible_noise;
   cfg.seed = o.seed;
   cfg.communicator = comm;
+  cfg.positions = std::move(train_positions);
   if (!resumed && dp && !o.noise_multiplier)
     say(fmt::format("calibrating the noise multiplier for epsilon {} ({})...", *o.target_epsilon,
                     o.accountant.empty() ? privacy::default_accountant(o.sampler) : o.accountant));

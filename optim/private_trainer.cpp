@@ -248,7 +248,12 @@ std::size_t PrivateTrainerT<T>::index_shard() {
   shard_.clear();
   bool ok = true;
   std::string why;
-  if (train_.ids.empty()) {
+  if (!config_.positions.empty()) {
+    ok = config_.positions.size() == local;
+    why = "positions: " + std::to_string(config_.positions.size()) + " for a shard of " + std::to_string(local) +
+          " records";
+    for (std::size_t i = 0; ok && i < local; ++i) shard_.emplace_back(std::int64_t(config_.positions[i]), i);
+  } else if (train_.ids.empty()) {
     ok = comm.size() == 1;
     why = "a data-parallel run needs each record's position in the whole training set (Batch::ids) on every rank";
     for (std::size_t i = 0; ok && i < local; ++i) shard_.emplace_back(std::int64_t(i), i);

@@ -83,13 +83,16 @@ struct PrivateTrainingConfigT {
   bool reproducible_noise = false;        // seeded noise, sampling and directions: NOT private (tests, studies)
   std::uint64_t seed = 0;                 // their seed when reproducible_noise
   // ---- processes (docs/distributed.md)
-  /// A data-parallel run: `train` is this rank's shard, its ids the records'
-  /// positions in the whole training set (every position on exactly one rank).
+  /// A data-parallel run: `train` is this rank's shard, and `positions` (or, when
+  /// empty, the shard's ids) its records' positions in the whole training set,
+  /// every position on exactly one rank. Batches are drawn over positions; ids
+  /// keep keying the rules fixed per record (microbatches, augmentation).
   /// Batches are drawn over the whole set from a generator all ranks share, each
   /// rank clips its records of the batch, each coordinate is noised once and every
   /// rank applies the same update; one ledger. Every rank must make the same calls
   /// in the same order (step, save, evaluate_sharded). Null: one process.
   std::shared_ptr<Communicator> communicator;
+  std::vector<std::size_t> positions;
   // ---- not private at all: plain training (no clipping, no noise, shuffled epochs from `seed`)
   bool non_private = false;
 };
