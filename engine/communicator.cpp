@@ -78,10 +78,6 @@ void require_same_on_all_ranks(Communicator& comm, double value, const std::stri
                              std::to_string(comm.size()) + " ranks differ from rank 0's " + std::to_string(first) + ")");
 }
 
-}  // namespace dpgrad
-
-namespace dpgrad {
-
 bool launched_by_mpi_launcher() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"})
     if (std::getenv(name)) return true;
@@ -101,10 +97,6 @@ std::shared_ptr<Communicator> world_communicator() {
                            "-Dmpi=enabled with libopenmpi-dev): each process would train alone");
 }
 #endif
-
-}  // namespace dpgrad
-
-namespace dpgrad {
 
 void share_generator(Communicator& comm, Rng& rng) {
   require_private_generator(rng, "shared (sampling, directions)");

@@ -55,10 +55,6 @@ void require_on_all_ranks(Communicator& comm, bool ok, const std::string& messag
 /// (each rank compares its own with rank 0's, exactly; NaN equals NaN).
 void require_same_on_all_ranks(Communicator& comm, double value, const std::string& what);
 
-}  // namespace dpgrad
-
-namespace dpgrad {
-
 /// True when an MPI launcher (mpirun, mpiexec, srun with PMI) started this
 /// process: its environment names a rank.
 bool launched_by_mpi_launcher();
@@ -73,10 +69,6 @@ void require_single_process();
 /// a launcher started it but this build has no MPI (each process would train
 /// alone, as many runs, each spending the privacy budget).
 std::shared_ptr<Communicator> world_communicator();
-
-}  // namespace dpgrad
-
-namespace dpgrad {
 
 class Rng;
 

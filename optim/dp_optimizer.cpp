@@ -160,16 +160,15 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* 
   // drawing among the ranks (docs/distributed.md).
   std::vector<T> flat;
   flat.reserve(model_.parameter_count());
-  std::vector<std::size_t> sizes;
-  for (const auto& g : r.sum) {
-    flat.insert(flat.end(), g.begin(), g.end());
-    sizes.push_back(g.size());
-  }
+  for (const auto& g : r.sum) flat.insert(flat.end(), g.begin(), g.end());
   if (flat.size() != model_.parameter_count())
     throw std::logic_error("data-parallel step: the clipped sum has " + std::to_string(flat.size()) +
                            " coordinates, the model " + std::to_string(model_.parameter_count()));
   std::vector<std::span<T>> parts;
-  for (std::size_t i = 0, at = 0; i < sizes.size(); at += sizes[i], ++i) parts.emplace_back(flat.data() + at, sizes[i]);
+  for (std::size_t at = 0; const auto& g : r.sum) {
+    parts.emplace_back(flat.data() + at, g.size());
+    at += g.size();
+  }
   const std::vector<std::span<T>> blocks = noise_blocks(parts);
   // block b goes to the rank its first coordinate falls to when the coordinates are cut in equal parts
   const std::size_t ranks = std::size_t(comm.size()), total = flat.size();
