@@ -63,10 +63,6 @@ constexpr double kNotionalDatasetSize = 60000;  // only for q = B / N; no accoun
 constexpr int kExitOutOfMemory = 3;
 constexpr int kExitError = 4;
 
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
-
 // ---------------------------------------------------------------- child side
 
 BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t seed) {
@@ -94,7 +90,7 @@ struct Stepper {
     if (optimizer == "adam") base = std::make_unique<AdamT<float>>(model.parameters(), 1e-3);
     else base = std::make_unique<SgdT<float>>(model.parameters(), 0.01);
     sampler = make_sampler("poisson", std::max<std::size_t>(b, std::size_t(kNotionalDatasetSize)), b);
-    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, DPConfig{1.0, 1.0}, *sampler, noise_rng,
+    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, DPConfig{}, *sampler, noise_rng,
                                                 aux_rng, nullptr);
   }
   double step_ms(const BatchT<float>& batch) {

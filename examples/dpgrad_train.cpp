@@ -238,6 +238,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
       to.length = data.train.tokens.shape()[1];
       to.vocab = o.vocabulary;
       to.classes = data.classes;
+      to.train_embedding = !o.frozen_embedding;
       model = make_transformer<float>(init_rng, to);
     } else {
       require(o.vocabulary == 8185, fmt::format("--vocabulary {}: {} has an embedding of 8185 rows; only the "

@@ -23,6 +23,13 @@ EmbeddingT<T>::EmbeddingT(std::size_t vocab, std::size_t dim, Rng& rng, const st
 }
 
 template <class T>
+void EmbeddingT<T>::freeze() {
+  if (frozen_) return;
+  w_ = TensorT<T>(w_.value(), false);
+  frozen_ = true;
+}
+
+template <class T>
 TensorT<T> EmbeddingT<T>::forward(const ArrayT<std::int32_t>& ids) {
   if (ids.dimension() != 2)
     throw std::invalid_argument("Embedding: ids must be (B, L), got " + std::to_string(ids.dimension()) + " axes");

@@ -21,13 +21,22 @@ class EmbeddingT final : public ModuleT<T> {
   /// ids (B, L) in [0, vocab) -> (B, L, dim). Throws on ids outside the table.
   TensorT<T> forward(const ArrayT<std::int32_t>& ids);
   TensorT<T> operator()(const ArrayT<std::int32_t>& ids) { return forward(ids); }
-  std::vector<TensorT<T>> parameters() const override { return {w_}; }
+  /// From now on the table stays as it is: a constant, not a parameter. It gets
+  /// no gradient and no noise; a table drawn from the seed alone (as the
+  /// constructor draws it) is data-independent and costs no privacy.
+  void freeze();
+  bool frozen() const { return frozen_; }
+  std::vector<TensorT<T>> parameters() const override {
+    if (frozen_) return {};
+    return {w_};
+  }
   const TensorT<T>& weight() const { return w_; }
   std::int32_t padding_id() const { return padding_id_; }
 
  private:
   TensorT<T> w_;
   std::int32_t padding_id_;
+  bool frozen_ = false;
 };
 
 using Embedding = EmbeddingT<float>;

@@ -188,6 +188,7 @@ class TransformerClassifierT final : public ModelT<T> {
         dense_(o.dim, o.classes, rng, "dense") {
     for (std::size_t i = 0; i < o.blocks; ++i)
       blocks_.emplace_back(o.dim, o.heads, o.hidden, rng, "block" + std::to_string(i + 1));
+    if (!o.train_embedding) embedding_.freeze();
   }
   TensorT<T> forward(const BatchT<T>& batch) override {
     const std::vector<std::int32_t> lengths = token_lengths(batch, name());

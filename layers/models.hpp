@@ -57,6 +57,9 @@ std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab = 8185, std::s
 /// pre-LN blocks of d 64, 4 heads, MLP 256, over hashed tokens (8185) padded to 150.
 struct TransformerOptions {
   std::size_t vocab = 8185, length = 150, dim = 64, heads = 4, hidden = 256, blocks = 2, classes = 2;
+  /// false: the embedding table stays at its random initialisation (Embedding::freeze),
+  /// so only the parameters after it (109,826 of the defaults' 633,666) train, are clipped and are noised.
+  bool train_embedding = true;
 };
 /// Tokens (B, L) padded with 0 and their lengths: Embedding(vocab, d, padding 0)
 /// plus learned positions (L, d); `blocks` pre-LN encoder blocks with the

@@ -574,6 +574,13 @@ TEST_CASE("dpgrad-train: the transformer and the scattering heads train privatel
   Run lstm = run(train + " --dataset synthetic-text --model bilstm598k --vocabulary 512 --optimizer sgd --max-steps 1");
   CHECK(lstm.status == 2);
   CHECK(lstm.out.find("only the transformer takes another size") != std::string::npos);
+  Run frozen = run(train + " --dataset synthetic-text --model transformer --frozen-embedding --optimizer dp-adam "
+                           "--batch-size 32 --max-steps 1 --noise-multiplier 1");
+  REQUIRE(frozen.status == 0);
+  CHECK(frozen.out.find("transformer (109826 parameters)") != std::string::npos);  // 633,666 - 8185 x 64
+  Run frozen_lstm = run(train + " --dataset synthetic-text --model bilstm598k --frozen-embedding --max-steps 1");
+  CHECK(frozen_lstm.status == 2);
+  CHECK(frozen_lstm.out.find("only the transformer's embedding can be frozen") != std::string::npos);
   Run tiny = run(train + " --dataset synthetic-text --model transformer --vocabulary 2 --max-steps 1");
   CHECK(tiny.status == 2);
   CHECK(tiny.out.find("--vocabulary must be in [3, 10^7]") != std::string::npos);
@@ -592,7 +599,7 @@ TEST_CASE("dpgrad-train: the transformer and the scattering heads train privatel
 
 TEST_CASE("single-process programs refuse to run under an MPI launcher: each copy would spend the budget again") {
   // what mpirun puts in each process's environment
-  for (const std::string program : {std::string(DPGRAD_PATE), std::string(DPGRAD_LOGREG)}) {
+  for (const std::string& program : {std::string(DPGRAD_PATE), std::string(DPGRAD_LOGREG)}) {
     CAPTURE(program);
     Run r = run("OMPI_COMM_WORLD_SIZE=2 " + program + " --help");
     CHECK(r.status != 0);

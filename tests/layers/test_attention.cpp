@@ -97,3 +97,29 @@ TEST_CASE("attention: jl:K norm estimates on a transformer follow chi2_K / K") {
   CHECK(law.ks < law.critical);
   CHECK(law.mean == doctest::Approx(1.0).epsilon(0.1));
 }
+
+TEST_CASE("attention: a frozen embedding is a constant: no parameter, no gradient, the same outputs") {
+  FastRng init_a(10), init_b(10), data(11);
+  auto trained = make_transformer<double>(init_a, small());
+  TransformerOptions o = small();
+  o.train_embedding = false;
+  auto frozen = make_transformer<double>(init_b, o);
+  // the same draws: only the table leaves the parameter list
+  CHECK(frozen->parameter_count() == trained->parameter_count() - 13 * 8);
+  for (const auto& p : frozen->parameters()) CHECK(p.name().rfind("embedding", 0) != 0);
+  const BatchT<double> batch = sequences(4, 6, data);
+  NoRecordScope<double> none;
+  DPGRAD_CHECK_CLOSE(frozen->forward(batch).value(), trained->forward(batch).value(), 0.0);
+  CHECK(make_transformer<float>(init_a, TransformerOptions{.train_embedding = false})->parameter_count() == 109826);
+}
+
+TEST_CASE("attention: every exact per-sample route agrees with the per-example loop with the embedding frozen") {
+  FastRng init(12), data(13);
+  TransformerOptions o = small();
+  o.train_embedding = false;
+  auto model = make_transformer<double>(init, o);
+  const PerSampleCheck c = check_per_sample(*model, sequences(5, 6, data));
+  INFO(c.str());
+  CHECK(c.routes.size() == 4);
+  CHECK(c.agrees(1e-9));
+}
