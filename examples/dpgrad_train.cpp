@@ -227,6 +227,33 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
                     data.train.size(), data.test.size(), shape_str(shape_of(data.train.inputs)),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t_features).count()));
   }
+  // ---- a private centre for the scattering features (docs/feature-centring.md): one Gaussian release,
+  // made once and kept in the checkpoint; the trainer's ledger starts with it
+  std::optional<ArrayT<float>> centre;
+  std::vector<PriorRelease> released_before;
+  if (o.centre_features > 0) {
+    require(model_reads_scattering(o.model), "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
+    require(dp, "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
+    require(!comm || comm->size() == 1, "--centre-features runs on one process");
+    const std::size_t dim = 7 * 7 * 81;
+    if (resumed) {
+      require(resumed->contains("feature_centre") && (*resumed)["feature_centre"].is_array() &&
+                  (*resumed)["feature_centre"].size() == dim,
+              "the checkpoint does not hold the run's feature centre (" + std::to_string(dim) + " values)");
+      centre = ArrayT<float>::from_shape({7, 7, 81});
+      for (std::size_t k = 0; k < dim; ++k) centre->data()[k] = (*resumed)["feature_centre"][k].get<float>();
+    } else {
+      const ArrayT<float> normalised = scattering_normalised(data.train.inputs);
+      auto rng = make_private_rng(o.reproducible_noise, o.seed + 5);
+      const std::vector<double> sum = privacy::noisy_clipped_sum(
+          std::span<const float>(normalised.data(), normalised.size()), dim, std::sqrt(double(dim)), o.centre_features, *rng);
+      centre = ArrayT<float>::from_shape({7, 7, 81});
+      for (std::size_t k = 0; k < dim; ++k) centre->data()[k] = float(sum[k] / double(whole_train));
+      say(fmt::format("feature centre: the mean of the normalised features over {} images, noise multiplier {} "
+                      "(accounted with the run)", whole_train, o.centre_features));
+    }
+    released_before.push_back({o.centre_features, double(dim)});
+  }
   FastRng init_rng(o.seed);
   Activation act = parse_activation(o.activation);
   std::unique_ptr<ModelT<float>> model;
@@ -252,8 +279,8 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     std::size_t in = data.train.inputs.size() / data.train.size();
     if (o.model == "logreg") model = make_mlp<float>({in, data.classes}, act, init_rng);
     else if (o.model == "mlp") model = make_mlp<float>({in, o.hidden, data.classes}, act, init_rng);
-    else if (o.model == "scatter-linear") model = make_scatter_linear<float>(init_rng, data.classes);
-    else if (o.model == "scatter-cnn") model = make_scatter_cnn<float>(act, init_rng, data.classes);
+    else if (o.model == "scatter-linear") model = make_scatter_linear<float>(init_rng, data.classes, centre ? &*centre : nullptr);
+    else if (o.model == "scatter-cnn") model = make_scatter_cnn<float>(act, init_rng, data.classes, centre ? &*centre : nullptr);
     else model = make_model<float>(o.model, init_rng, act);
   }
   const std::size_t n = whole_train;
@@ -313,6 +340,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   cfg.seed = o.seed;
   cfg.communicator = comm;
   cfg.positions = std::move(train_positions);
+  cfg.released_before = released_before;
   if (!resumed && dp && !o.noise_multiplier)
     say(fmt::format("calibrating the noise multiplier for epsilon {} ({})...", *o.target_epsilon,
                     o.accountant.empty() ? privacy::default_accountant(o.sampler) : o.accountant));
@@ -397,6 +425,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     json extra = {{"options", run_options_json(o)}, {"epoch_loss_sum", loss_sum}, {"epoch_seen", seen},
                   {"history", history}, {"seconds", elapsed()}};
     if (dp) extra["private"] = is_private;
+    if (centre) extra["feature_centre"] = std::vector<float>(centre->begin(), centre->end());
     if (!not_private_note.empty()) extra["privacy_note"] = kNotPrivateReproducible;
     trainer.save(o.checkpoint_dir, extra);
   };
@@ -489,6 +518,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     summary["noise_multiplier"] = sigma;
     summary["sampling_rate"] = q;
     summary["noise_generator"] = trainer.noise_generator();
+    if (centre) summary["centre_noise_multiplier"] = o.centre_features;  // the release before training
   }
   if (!o.checkpoint_dir.empty()) summary["checkpoint"] = CheckpointDir(o.checkpoint_dir).latest_step();
   if (!o.plot.empty()) {

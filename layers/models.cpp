@@ -7,9 +7,11 @@
 #include "layers/norm.hpp"
 #include "layers/scattering.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "engine/ops.hpp"
+#include "engine/tape.hpp"
 #include "layers/conv.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gru.hpp"
@@ -236,19 +238,32 @@ std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab, std::size_t e
   return std::make_unique<BiGruClassifierT<T>>(vocab, embed, hidden, classes, rng);
 }
 
+namespace {
+/// The scatter heads' first layers: GroupNorm(81, 27), then the centre if there is one.
 template <class T>
-std::unique_ptr<ModelT<T>> make_scatter_linear(Rng& rng, std::size_t classes) {
+SequentialT<T> scatter_normalisation(const ArrayT<T>* centre) {
   SequentialT<T> net;
   net.template emplace<GroupNormT<T>>(81, 27, "gn");
+  if (centre) {
+    if (shape_of(*centre) != Shape{7, 7, 81})
+      throw std::invalid_argument("scatter models: the centre must be (7, 7, 81), got " + shape_str(shape_of(*centre)));
+    net.template emplace<CentreT<T>>(*centre);
+  }
+  return net;
+}
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelT<T>> make_scatter_linear(Rng& rng, std::size_t classes, const ArrayT<T>* centre) {
+  SequentialT<T> net = scatter_normalisation(centre);
   net.template emplace<FlattenT<T>>();
   net.template emplace<DenseT<T>>(7 * 7 * 81, classes, rng, "dense");
   return std::make_unique<FeatureModelT<T>>("scatter-linear", std::move(net));
 }
 
 template <class T>
-std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_t classes) {
-  SequentialT<T> net;
-  net.template emplace<GroupNormT<T>>(81, 27, "gn");
+std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_t classes, const ArrayT<T>* centre) {
+  SequentialT<T> net = scatter_normalisation(centre);
   net.template emplace<Conv2dT<T>>(81, 32, 3, 3, 1, Padding::same(), rng, "conv");  // (B, 7, 7, 32)
   net.template emplace<ActivationT<T>>(act);
   net.template emplace<MaxPool2dT<T>>(2, 2);                                         // (B, 3, 3, 32)
@@ -270,6 +285,25 @@ ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(st
 }
 
 template <class T>
+ArrayT<T> scattering_normalised(const ArrayT<T>& features) {
+  const Shape s = shape_of(features);
+  if (s.size() != 4 || s[1] != 7 || s[2] != 7 || s[3] != 81)
+    throw std::invalid_argument("scattering_normalised: features of shape " + shape_str(s) + " are not (B, 7, 7, 81)");
+  GroupNormT<T> gn(81, 27, "gn");
+  NoRecordScope<T> none;
+  ArrayT<T> out = ArrayT<T>::from_shape(s);
+  const std::size_t per = 7 * 7 * 81, chunk = 4096;
+  for (std::size_t first = 0; first < s[0]; first += chunk) {
+    const std::size_t n = std::min(chunk, s[0] - first);
+    ArrayT<T> part = ArrayT<T>::from_shape({n, 7, 7, 81});
+    std::copy_n(features.data() + first * per, n * per, part.data());
+    const ArrayT<T> y = gn.forward(TensorT<T>(std::move(part))).value();
+    std::copy_n(y.data(), n * per, out.data() + first * per);
+  }
+  return out;
+}
+
+template <class T>
 std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act,
                                       std::vector<std::size_t> mlp_sizes) {
   if (name == "mlp") return make_mlp<T>(std::move(mlp_sizes), act, rng);
@@ -288,9 +322,10 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   template std::unique_ptr<ModelT<T>> make_mlp(std::vector<std::size_t>, Activation, Rng&);           \
   template std::unique_ptr<ModelT<T>> make_cnn26k(Activation, Rng&);                                  \
   template std::unique_ptr<ModelT<T>> make_cnn17m(Activation, Rng&);                                  \
-  template std::unique_ptr<ModelT<T>> make_scatter_linear(Rng&, std::size_t);                          \
+  template std::unique_ptr<ModelT<T>> make_scatter_linear(Rng&, std::size_t, const ArrayT<T>*);                       \
   template std::unique_ptr<ModelT<T>> make_transformer(Rng&, const TransformerOptions&);               \
-  template std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation, Rng&, std::size_t);                 \
+  template std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation, Rng&, std::size_t, const ArrayT<T>*);\
+  template ArrayT<T> scattering_normalised(const ArrayT<T>&);               \
   template ArrayT<T> scattering_inputs(const ArrayT<T>&, const std::function<void(std::size_t, std::size_t)>&); \
   template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&, std::size_t);                             \
   template std::unique_ptr<ModelT<T>> make_bilstm(Rng&, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t); \

@@ -74,13 +74,23 @@ std::unique_ptr<ModelT<T>> make_transformer(Rng& rng, const TransformerOptions& 
 /// images, (B, 7, 7, 81), computed once before training (scattering_inputs).
 /// scatter-linear: GroupNorm(81 channels, 27 groups); Flatten (3969);
 /// Dense(classes). With 10 classes: 162 + 39,700 = 39,862 parameters.
+/// `centre` (7, 7, 81), when given, is taken from every sample after the
+/// GroupNorm (CentreT; a private estimate of the mean of scattering_normalised:
+/// docs/feature-centring.md). It adds no parameters.
 template <class T>
-std::unique_ptr<ModelT<T>> make_scatter_linear(Rng& rng, std::size_t classes = 10);
+std::unique_ptr<ModelT<T>> make_scatter_linear(Rng& rng, std::size_t classes = 10, const ArrayT<T>* centre = nullptr);
 /// scatter-cnn: GroupNorm(81, 27); Conv2d(32, 3x3, same) act; MaxPool(2, stride 2)
 /// (3, 3, 32); Flatten (288); Dense(classes). With 10 classes: 162 + 23,360 +
 /// 2,890 = 26,412 parameters.
 template <class T>
-std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_t classes = 10);
+std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_t classes = 10,
+                                            const ArrayT<T>* centre = nullptr);
+
+/// What the scatter models' GroupNorm makes of scattering features (B, 7, 7, 81)
+/// at initialisation (gain 1, shift 0), in chunks: every sample normalised within
+/// itself, so each has L2 norm at most sqrt(3969) = 63.
+template <class T>
+ArrayT<T> scattering_normalised(const ArrayT<T>& features);
 
 /// True for the models that read scattering features instead of images.
 bool model_reads_scattering(const std::string& name);

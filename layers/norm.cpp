@@ -1,6 +1,7 @@
 // LayerNorm and GroupNorm (layers/norm.hpp), from engine ops only.
 #include "layers/norm.hpp"
 
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -85,10 +86,33 @@ std::vector<TensorT<T>> GroupNormT<T>::parameters() const {
   return affine_parameters(gain_, shift_);
 }
 
+template <class T>
+CentreT<T>::CentreT(ArrayT<T> centre) : centre_(std::move(centre)) {
+  if (centre_.size() == 0) throw std::invalid_argument("Centre: the centre is empty");
+  for (const T v : centre_)
+    if (!std::isfinite(double(v))) throw std::invalid_argument("Centre: the centre has a non-finite entry");
+  Shape s = shape_of(centre_);
+  s.insert(s.begin(), 1);
+  centre_.reshape(s);
+}
+
+template <class T>
+TensorT<T> CentreT<T>::forward(const TensorT<T>& x) {
+  Shape one = x.shape();
+  if (one.empty()) throw std::invalid_argument("Centre: input has no batch axis");
+  one[0] = 1;
+  if (one != shape_of(centre_))
+    throw std::invalid_argument("Centre: samples of shape " + shape_str(x.shape()) + " against a centre of shape " +
+                                shape_str(shape_of(centre_)));
+  return sub(x, constant(centre_));
+}
+
 template class LayerNormT<float>;
 template class LayerNormT<double>;
 template class GroupNormT<float>;
 template class GroupNormT<double>;
+template class CentreT<float>;
+template class CentreT<double>;
 template TensorT<float> normalise(const TensorT<float>&, std::vector<std::size_t>, double);
 template TensorT<double> normalise(const TensorT<double>&, std::vector<std::size_t>, double);
 

@@ -50,6 +50,21 @@ class GroupNormT final : public LayerT<T> {
 template <class T>
 TensorT<T> normalise(const TensorT<T>& x, std::vector<std::size_t> axes, double eps);
 
+/// y = x - m: a fixed vector m (a constant, not a parameter) taken from every
+/// sample, x (B, ...) and m the shape of one sample. Centring features on their
+/// mean before a private linear model spends the clipping norm on what tells the
+/// samples apart (docs/feature-centring.md); m must then be a private estimate.
+template <class T>
+class CentreT final : public LayerT<T> {
+ public:
+  explicit CentreT(ArrayT<T> centre);
+  TensorT<T> forward(const TensorT<T>& x) override;
+  const ArrayT<T>& centre() const { return centre_; }
+
+ private:
+  ArrayT<T> centre_;  // (1, ...): broadcast over the batch
+};
+
 using LayerNorm = LayerNormT<float>;
 using GroupNorm = GroupNormT<float>;
 

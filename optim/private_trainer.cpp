@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <span>
 #include <utility>
 
 #include "engine/communicator.hpp"
@@ -91,8 +92,13 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     }
     require(c.sampling != Sampling::shuffle || (c.epoch_fraction > 0 && c.epoch_fraction < 1),
             "epoch_fraction must be in (0, 1) for private shuffled training, got " + num(c.epoch_fraction));
+    for (const PriorRelease& r : c.released_before)
+      require(r.noise_multiplier > 0 && std::isfinite(r.noise_multiplier) && r.draws >= 1 && std::isfinite(r.draws),
+              "a release before training needs a noise multiplier > 0 and at least one draw, got " +
+                  num(r.noise_multiplier) + " and " + num(r.draws));
   } else {
     require(!c.noise_multiplier && !c.target_epsilon, "a non-private run takes no noise_multiplier or target_epsilon");
+    require(c.released_before.empty(), "a non-private run has no privacy ledger for releases made before training");
   }
 
   // ---- data, sampler, strategy, accountant
@@ -147,9 +153,20 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     const double q = sampler_->sampling_rate(), coordinates = double(model.parameter_count());
     auto epsilon_after = [&](double sigma, long steps) {
       auto a = privacy::make_accountant(accountant_name_, aopts);
+      add_prior_releases(*a);
       a->step(q, sigma / sens, steps, strategy_->jl_dim());
-      return privacy::grid_noise_epsilon(*a, delta_, coordinates);
+      return privacy::grid_noise_epsilon_of_draws(*a, delta_, double(steps) * coordinates + prior_draws_);
     };
+    require(c.released_before.empty() || accountant_name_ == "pld" || accountant_name_ == "rdp",
+            "releases before training compose with Poisson sampling's accountants (pld, rdp), not " + accountant_name_);
+    {
+      auto a = privacy::make_accountant(accountant_name_, aopts);
+      add_prior_releases(*a);
+      prior_ledger_ = a->ledger();
+      prior_steps_ = a->total_steps();
+      for (const PriorRelease& r : c.released_before) prior_draws_ += r.draws;
+    }
+    if (!resume_from) add_prior_releases(*accountant_);  // a checkpoint's ledger holds them already
     if (resume_from) {  // the run's own sigma and length, never recalibrated
       sigma_ = resumed_run.at("noise_multiplier").get<double>();
       total_steps_ = resumed_run.at("total_steps").get<long>();
@@ -158,13 +175,22 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
               "the checkpoint's noise multiplier or length is not valid");
     } else if (!c.noise_multiplier) {
       const auto slack =
-          privacy::grid_noise_slack(delta_, double(total_steps_) * coordinates, 0x1p24, *c.target_epsilon);
+          privacy::grid_noise_slack(delta_, double(total_steps_) * coordinates + prior_draws_, 0x1p24, *c.target_epsilon);
       require(std::isfinite(slack.epsilon_slack) && slack.epsilon_slack < *c.target_epsilon,
               "target_epsilon " + num(*c.target_epsilon) + " is out of reach of the noise grid's accounting");
+      const double target = *c.target_epsilon - slack.epsilon_slack;
       const auto cal =
-          privacy::calibrate_noise_multiplier(accountant_name_, aopts, q, total_steps_,
-                                              *c.target_epsilon - slack.epsilon_slack, slack.inner_delta,
-                                              strategy_->jl_dim());
+          c.released_before.empty()
+              ? privacy::calibrate_noise_multiplier(accountant_name_, aopts, q, total_steps_, target,
+                                                    slack.inner_delta, strategy_->jl_dim())
+              : privacy::calibrate_sigma(
+                    [&](double s) {
+                      auto a = privacy::make_accountant(accountant_name_, aopts);
+                      add_prior_releases(*a);
+                      a->step(q, s, total_steps_, strategy_->jl_dim());
+                      return a->epsilon(slack.inner_delta);
+                    },
+                    target);
       sigma_ = cal.noise_multiplier * sens;
       calibrated_ = true;
     } else {
@@ -216,11 +242,17 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     require(steps_ >= 0 && steps_ <= total_steps_, "the checkpoint's step " + std::to_string(steps_) +
                                                        " is outside the run's " + std::to_string(total_steps_));
     if (accountant_ && adds_noise()) {
-      // the ledger cannot shrink or soften: it holds every step taken, each at this run's q, sigma and strategy
-      require(accountant_->total_steps() == steps_,
-              "the checkpoint's ledger holds " + std::to_string(accountant_->total_steps()) + " steps for step " +
-                  std::to_string(steps_));
-      for (const privacy::Step& e : accountant_->ledger())
+      // the ledger cannot shrink or soften: it holds the releases made before training, then every step
+      // taken, each at this run's q, sigma and strategy
+      const std::vector<privacy::Step>& ledger = accountant_->ledger();
+      const std::size_t k = prior_ledger_.size();
+      require(ledger.size() >= k && std::equal(prior_ledger_.begin(), prior_ledger_.end(), ledger.begin()),
+              "the checkpoint's ledger does not start with this run's " + std::to_string(c.released_before.size()) +
+                  " releases before training");
+      require(accountant_->total_steps() == steps_ + prior_steps_,
+              "the checkpoint's ledger holds " + std::to_string(accountant_->total_steps() - prior_steps_) +
+                  " steps for step " + std::to_string(steps_));
+      for (const privacy::Step& e : std::span(ledger).subspan(k))
         require(e.sampling_rate == sampler_->sampling_rate() &&
                     e.noise_multiplier == dp_->accounted_noise_multiplier() && e.jl_dim == strategy_->jl_dim(),
                 "the checkpoint's ledger records steps at q " + num(e.sampling_rate) + ", sigma " +
@@ -341,7 +373,7 @@ std::string PrivateTrainerT<T>::noise_generator() const {
 template <class T>
 double PrivateTrainerT<T>::epsilon() const {
   if (!adds_noise()) return INFINITY;
-  return privacy::grid_noise_epsilon(*accountant_, delta_, double(model_.parameter_count()));
+  return privacy::grid_noise_epsilon_of_draws(*accountant_, delta_, noise_draws(*accountant_));
 }
 
 template <class T>
@@ -350,7 +382,18 @@ double PrivateTrainerT<T>::final_epsilon() const {
   auto a = accountant_->clone();
   const long rest = total_steps_ - steps_;
   if (rest > 0) a->step(sampling_rate(), dp_->accounted_noise_multiplier(), rest, strategy_->jl_dim());
-  return privacy::grid_noise_epsilon(*a, delta_, double(model_.parameter_count()));
+  return privacy::grid_noise_epsilon_of_draws(*a, delta_, noise_draws(*a));
+}
+
+template <class T>
+void PrivateTrainerT<T>::add_prior_releases(privacy::Accountant& a) const {
+  const double sens = privacy::accounted_sensitivity(1.0, a.neighbouring());
+  for (const PriorRelease& r : config_.released_before) a.step(1.0, r.noise_multiplier / sens, 1);
+}
+
+template <class T>
+double PrivateTrainerT<T>::noise_draws(const privacy::Accountant& a) const {
+  return double(a.total_steps() - prior_steps_) * double(model_.parameter_count()) + prior_draws_;
 }
 
 template <class T>

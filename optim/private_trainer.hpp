@@ -27,6 +27,7 @@
 #include "optim/dp_optimizer.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/sampler.hpp"
+#include "privacy/accountant.hpp"
 
 namespace dpgrad {
 
@@ -55,6 +56,14 @@ enum class Accounting {
 std::string to_string(Accounting a);       // "" for automatic, else the accountant's name
 Accounting accounting_from_string(const std::string& name);  // "" -> automatic; throws on unknown names
 
+/// A Gaussian mechanism already run on the training data before training (a
+/// private mean of its features, for instance: privacy::noisy_clipped_sum).
+struct PriorRelease {
+  double noise_multiplier = 0;  // noise std / L2 sensitivity under add/remove-one, > 0
+  double draws = 0;             // noised values on the grid (its dimension), >= 1
+  bool operator==(const PriorRelease&) const = default;
+};
+
 template <class T>
 struct PrivateTrainingConfigT {
   // ---- privacy
@@ -74,6 +83,10 @@ struct PrivateTrainingConfigT {
   std::shared_ptr<ClipStrategyT<T>> clipping;  // null: ghost (clipping::ghost<T>())
   Accounting accounting = Accounting::automatic;
   double sat_rho = 0;                     // DP-SAT (post-processing)
+  /// Releases made from the same data before training: the ledger starts with one
+  /// Gaussian step (q = 1) for each, so calibration, epsilon() and the budget
+  /// cover them with the run (docs/feature-centring.md).
+  std::vector<PriorRelease> released_before;
   // ---- post-processing of the released iterates (no privacy cost)
   double ema = 0;                         // evaluate an exponential moving average of the parameters (0: off)
   double lr_final = -1;                   // >= 0: cosine learning rate from the optimizer's down to this
@@ -185,6 +198,10 @@ class PrivateTrainerT {
   std::size_t index_shard();
   /// What a checkpoint holds of the run (pointers into this trainer and the model).
   TrainingStateT<T> training_state() const;
+  /// One Gaussian step (q = 1) per release before training, in the accountant's units.
+  void add_prior_releases(privacy::Accountant& a) const;
+  /// Noised values the ledger of `a` covers: the releases' draws, then the parameters at every step.
+  double noise_draws(const privacy::Accountant& a) const;
 
   ModelT<T>& model_;
   OptimizerT<T>& optimizer_;
@@ -201,6 +218,9 @@ class PrivateTrainerT {
   double sigma_ = 0, delta_ = 0;
   bool calibrated_ = false;
   long steps_ = 0, total_steps_ = 0, cut_ = 0;
+  double prior_draws_ = 0;                 // noised values released before training
+  std::vector<privacy::Step> prior_ledger_;  // the ledger's first entries: those releases
+  long prior_steps_ = 0;
   nlohmann::json resumed_extra_;
   std::vector<std::pair<std::int64_t, std::size_t>> shard_;  // (record position, row), sorted: data-parallel runs
 };

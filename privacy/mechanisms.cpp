@@ -37,6 +37,28 @@ void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng) {
   for (double& v : values) v += noise_std * rng.normal();
 }
 
+std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t dim, double bound,
+                                      double noise_multiplier, Rng& rng) {
+  if (dim < 1 || rows.size() % dim != 0)
+    throw std::invalid_argument("noisy_clipped_sum: " + std::to_string(rows.size()) +
+                                " values are not whole rows of dimension " + std::to_string(dim));
+  require_positive(bound, "noisy_clipped_sum", "the norm bound");
+  require_positive(noise_multiplier, "noisy_clipped_sum", "the noise multiplier");
+  require_private_generator(rng, "noisy_clipped_sum's noise");
+  std::vector<double> sum(dim, 0.0);
+  for (std::size_t first = 0; first < rows.size(); first += dim) {
+    const float* row = rows.data() + first;
+    double sq = 0;
+    for (std::size_t k = 0; k < dim; ++k) sq += double(row[k]) * double(row[k]);
+    if (!std::isfinite(sq))
+      throw std::invalid_argument("noisy_clipped_sum: row " + std::to_string(first / dim) + " is not finite");
+    const double scale = sq > bound * bound ? bound / std::sqrt(sq) : 1.0;
+    for (std::size_t k = 0; k < dim; ++k) sum[k] += scale * double(row[k]);
+  }
+  add_grid_noise(rng, noise_grid(noise_multiplier * bound), sum.data(), dim);
+  return sum;
+}
+
 double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rng& rng) {
   require_positive(l1_sensitivity, "laplace_mechanism", "L1 sensitivity");
   require_positive(epsilon, "laplace_mechanism", "epsilon");

@@ -54,6 +54,17 @@ double grid_noise_epsilon(const Accountant& accountant, double delta, double coo
 /// test, one per class and answer).
 double grid_noise_epsilon_of_draws(const Accountant& accountant, double delta, double draws, double scale = 0x1p24);
 
+/// The Gaussian mechanism on a sum of vectors: each of the n rows of `rows`
+/// (n x dim, row-major) scaled down to L2 norm at most `bound`, the rows summed in
+/// double, and grid noise (add_grid_noise) of standard deviation
+/// noise_multiplier * bound added to each of the dim sums. Its privacy is one
+/// Gaussian step (q = 1) at noise_multiplier under add/remove-one neighbours (at
+/// noise_multiplier / 2 under replace-one: a replaced row moves the sum by 2 bound),
+/// with dim noise draws. Throws std::invalid_argument on a bad size, bound or
+/// multiplier (0 is refused: never a sum without noise) and on non-finite rows.
+std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t dim, double bound,
+                                      double noise_multiplier, Rng& rng);
+
 /// Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth Thm. 3.6):
 /// value + Lap(Delta_1 / eps) is eps-DP for a query of L1 sensitivity Delta_1.
 double laplace_mechanism(double value, double l1_sensitivity, double epsilon, Rng& rng);

@@ -39,6 +39,8 @@ void check_train_options(Options& o) {
   require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
   require(o.vocabulary >= 3 && o.vocabulary <= 10000000,
           fmt::format("--vocabulary must be in [3, 10^7] (padding, unknown and at least one word), got {}", o.vocabulary));
+  require(o.centre_features >= 0 && std::isfinite(o.centre_features),
+          fmt::format("--centre-features must be a noise multiplier >= 0 (0: off), got {}", o.centre_features));
   require(!o.frozen_embedding || o.model == "transformer",
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
   if (!o.lr) o.lr = default_learning_rate(o.optimizer);
@@ -107,6 +109,10 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   app.add_flag("--frozen-embedding", o.frozen_embedding,
                "transformer: keep the embedding table at its random initialisation (drawn from --seed, so it "
                "costs no privacy); only the layers after it train, are clipped and are noised");
+  app.add_option("--centre-features", o.centre_features,
+                 "scatter-linear, scatter-cnn, private: take from every sample a private estimate of the mean of its "
+                 "normalised features, a Gaussian release of this noise multiplier accounted with the run (0: off)")
+      ->capture_default_str();
   app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
   app.add_option("--normalize", o.normalize,
                  "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
@@ -224,7 +230,8 @@ json restore_run_options(Options& o, const std::set<std::string>& given) {
     // options added since older checkpoints were written keep their defaults, which such runs used
     static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
                                                    "reproducible-noise", "report-train-loss", "vocab-file",
-                                                   "vocabulary", "physical-batch-size", "frozen-embedding"};
+                                                   "vocabulary", "physical-batch-size", "frozen-embedding",
+                                                   "centre-features"};
     if (!stored.contains(flag) && added_later.count(flag)) return;
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])

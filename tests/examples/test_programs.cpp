@@ -597,6 +597,34 @@ TEST_CASE("dpgrad-train: the transformer and the scattering heads train privatel
   CHECK(views.out.find("--augment-views does not apply") != std::string::npos);
 }
 
+TEST_CASE("dpgrad-train: --centre-features releases a private centre, accounted with the run and kept for a resume") {
+  dpgrad::test::TempDir tmp("dpgrad-centre");
+  const std::string base = train + " --dataset synthetic --model scatter-linear --optimizer dp-momentum --batch-size 64 "
+                                   "--train-limit 256 --test-limit 64 --epochs 1 --target-epsilon 2 --delta 1e-5";
+  Run plain = run(base + " --max-steps 2 --json");
+  Run c = run(base + " --centre-features 5 --max-steps 2 --json --checkpoint-dir " + (tmp.path / "c").string());
+  REQUIRE(plain.status == 0);
+  REQUIRE(c.status == 0);
+  CHECK(c.out.find("feature centre: the mean of the normalised features over 256 images") != std::string::npos);
+  // the same target with the release in the ledger: a larger noise multiplier for the steps
+  CHECK(last_json(c.out)["noise_multiplier"].get<double>() > last_json(plain.out)["noise_multiplier"].get<double>());
+  Run resumed = run(train + " --checkpoint-dir " + (tmp.path / "c").string() + " --resume --json");
+  REQUIRE(resumed.status == 0);
+  CHECK(resumed.out.find("feature centre: the mean") == std::string::npos);  // taken from the checkpoint, not drawn again
+  CHECK(last_json(resumed.out)["epsilon"].get<double>() <= 2.0);
+  CHECK(last_json(resumed.out)["noise_multiplier"] == last_json(c.out)["noise_multiplier"]);
+  Run cnn = run(train + " --dataset synthetic --model cnn26k --optimizer dp-sgd --centre-features 5 --max-steps 1 "
+                        "--noise-multiplier 1");
+  CHECK(cnn.status == 2);
+  CHECK(cnn.out.find("--centre-features applies to scatter-linear and scatter-cnn") != std::string::npos);
+  Run open = run(train + " --dataset synthetic --model scatter-linear --optimizer sgd --centre-features 5 --max-steps 1");
+  CHECK(open.status == 2);
+  CHECK(open.out.find("--centre-features belongs to private runs") != std::string::npos);
+  Run negative = run(base + " --centre-features -1");
+  CHECK(negative.status == 2);
+  CHECK(negative.out.find("--centre-features must be a noise multiplier >= 0") != std::string::npos);
+}
+
 TEST_CASE("single-process programs refuse to run under an MPI launcher: each copy would spend the budget again") {
   // what mpirun puts in each process's environment
   for (const std::string& program : {std::string(DPGRAD_PATE), std::string(DPGRAD_LOGREG)}) {

@@ -11,6 +11,7 @@
 #include "engine/tape.hpp"
 #include "layers/conv.hpp"
 #include "layers/dense.hpp"
+#include "layers/models.hpp"
 #include "layers/norm.hpp"
 #include "optim/check_per_sample.hpp"
 #include "optim/clipping.hpp"
@@ -183,4 +184,62 @@ TEST_CASE("norm: jl:K norm estimates on a GroupNorm model follow chi2_K / K") {
   const test::JlLaw law = test::jl3_law(model, batch, rng);
   CHECK(law.ks < law.critical);
   CHECK(law.mean == doctest::Approx(1.0).epsilon(0.1));
+}
+
+TEST_CASE("norm: Centre takes a fixed vector from every sample; centred scatter heads keep every per-sample route") {
+  FastRng init(11), data(12);
+  const A centre = randn<double>({2, 3}, data);
+  CentreT<double> layer(centre);
+  CHECK(layer.parameters().empty());
+  const A x = randn<double>({4, 2, 3}, data);
+  const A y = layer.forward(D(x)).value();
+  for (std::size_t i = 0; i < 4; ++i) DPGRAD_CHECK_CLOSE(A(xt::view(y, i)), A(xt::view(x, i) - centre), 0.0);
+  CHECK_THROWS_WITH_AS(layer.forward(D(randn<double>({4, 3, 2}, data))), doctest::Contains("against a centre"),
+                       std::invalid_argument);
+  A bad = centre;
+  bad(0, 0) = std::nan("");
+  CHECK_THROWS_WITH_AS(CentreT<double>{bad}, doctest::Contains("non-finite"), std::invalid_argument);
+
+  // what the centre is the mean of: the scatter heads' GroupNorm at initialisation, every sample within norm 63
+  const A features = randn<double>({5, 7, 7, 81}, data) * 3.0 + 1.0;
+  const A normalised = scattering_normalised(features);
+  GroupNormT<double> gn(81, 27, "gn");
+  NoRecordScope<double> none;
+  DPGRAD_CHECK_CLOSE(normalised, gn.forward(D(features)).value(), 1e-12);
+  for (std::size_t i = 0; i < 5; ++i) CHECK(std::sqrt(double(xt::sum(xt::square(xt::view(normalised, i)))())) <= 63.0 + 1e-9);
+
+  // a centred head: the same parameters, outputs moved by the same amount for every sample
+  const A m = randn<double>({7, 7, 81}, data);
+  FastRng init_a(13), init_b(13);
+  auto plain = make_scatter_linear<double>(init_a, 3);
+  auto centred = make_scatter_linear<double>(init_b, 3, &m);
+  CHECK(centred->parameter_count() == plain->parameter_count());
+  BatchT<double> batch;
+  batch.inputs = features;
+  batch.labels = {0, 1, 2, 0, 1};
+  batch.ids = {0, 1, 2, 3, 4};
+  const A shift = centred->forward(batch).value() - plain->forward(batch).value();
+  for (std::size_t i = 1; i < 5; ++i) DPGRAD_CHECK_CLOSE(A(xt::view(shift, i)), A(xt::view(shift, 0)), 1e-9);
+  CHECK(double(xt::amax(xt::abs(shift))()) > 1e-3);
+  const A wrong = randn<double>({7, 7, 80}, data);
+  CHECK_THROWS_WITH_AS(make_scatter_linear<double>(init, 3, &wrong), doctest::Contains("must be (7, 7, 81)"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("norm: every exact per-sample route agrees with the per-example loop on centred scatter heads") {
+  FastRng init(14), data(15);
+  const A m = randn<double>({7, 7, 81}, data);
+  BatchT<double> batch;
+  batch.inputs = randn<double>({4, 7, 7, 81}, data);
+  batch.labels = {0, 1, 2, 1};
+  batch.ids = {0, 1, 2, 3};
+  auto linear = make_scatter_linear<double>(init, 3, &m);
+  const PerSampleCheck c = check_per_sample(*linear, batch);
+  INFO(c.str());
+  CHECK(c.routes.size() == 4);
+  CHECK(c.agrees(1e-9));
+  auto cnn = make_scatter_cnn<double>(Activation::tanh, init, 3, &m);
+  const PerSampleCheck k = check_per_sample(*cnn, batch);
+  INFO(k.str());
+  CHECK(k.agrees(1e-9));
 }

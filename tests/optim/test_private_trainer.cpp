@@ -200,6 +200,84 @@ TEST_CASE("private trainer: a resumed run ends where an uninterrupted one does")
   CHECK(whole.second == resumed.second);
 }
 
+TEST_CASE("private trainer: a release before training is in the ledger, the calibration, the epsilon and the resume") {
+  FastRng data(21);
+  const BatchT<double> train = separable<double>(1000, data);
+  test::TempDir dir("dpgrad-prior");
+  auto config = [](std::vector<PriorRelease> before) {
+    PrivateTrainingConfigT<double> c;
+    c.target_epsilon = 2;
+    c.delta = 1e-5;
+    c.epochs = 3;
+    c.batch_size = 50;
+    c.reproducible_noise = true;
+    c.seed = 5;
+    c.released_before = std::move(before);
+    return c;
+  };
+  const PriorRelease mean_release{4.0, 24};
+  FastRng init_a(22), init_b(22);
+  auto plain_model = make_mlp<double>({8, 3}, Activation::relu, init_a);
+  auto model = make_mlp<double>({8, 3}, Activation::relu, init_b);
+  SgdT<double> sgd_a(plain_model->parameters(), 0.1), sgd_b(model->parameters(), 0.1);
+  PrivateTrainerT<double> plain(*plain_model, sgd_a, train, config({}));
+  PrivateTrainerT<double> t(*model, sgd_b, train, config({mean_release}));
+  // the same target with a release already made: more noise, and the whole still within the target
+  CHECK(t.noise_multiplier() > plain.noise_multiplier());
+  CHECK(t.final_epsilon() <= 2.0);
+  CHECK(t.final_epsilon() > 1.95);
+  // before any step the ledger holds the release alone: one Gaussian step (q = 1) at its multiplier
+  REQUIRE(t.accountant()->ledger().size() == 1);
+  CHECK(t.accountant()->ledger()[0] == privacy::Step{1.0, 4.0, 1, 0});
+  CHECK(t.epsilon() > 0);
+  // an independent count: the release and 60 steps in one accountant, the grid charged for every draw
+  auto a = privacy::make_accountant("pld");
+  a->step(1.0, 4.0, 1);
+  a->step(0.05, t.noise_multiplier(), 60);
+  CHECK(privacy::grid_noise_epsilon_of_draws(*a, 1e-5, 24 + 60.0 * double(model->parameter_count())) ==
+        doctest::Approx(t.final_epsilon()).epsilon(1e-9));
+  // more than the same steps at the same sigma without it
+  auto b = privacy::make_accountant("pld");
+  b->step(0.05, t.noise_multiplier(), 60);
+  CHECK(privacy::grid_noise_epsilon(*b, 1e-5, double(model->parameter_count())) < t.final_epsilon());
+  for (int i = 0; i < 5; ++i) t.step();
+  CHECK(t.accountant()->total_steps() == 6);
+  t.save(dir.path, nlohmann::json::object());
+  {  // resumes with the same release: the ledger is taken as it is, not added to
+    FastRng init(23);
+    auto again = make_mlp<double>({8, 3}, Activation::relu, init);
+    SgdT<double> sgd(again->parameters(), 0.1);
+    PrivateTrainerT<double> r(*again, sgd, train, config({mean_release}), dir.path);
+    CHECK(r.steps_done() == 5);
+    CHECK(r.accountant()->total_steps() == 6);
+    CHECK(r.epsilon() == doctest::Approx(t.epsilon()).epsilon(1e-12));
+  }
+  for (const std::vector<PriorRelease>& other :
+       {std::vector<PriorRelease>{}, {{8.0, 24}}, {mean_release, mean_release}}) {
+    FastRng init(24);
+    auto again = make_mlp<double>({8, 3}, Activation::relu, init);
+    SgdT<double> sgd(again->parameters(), 0.1);
+    CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*again, sgd, train, config(other), dir.path),
+                         doctest::Contains("the checkpoint's ledger"), std::invalid_argument);
+  }
+  // refused: a bad release, a run without a ledger, an accountant that cannot compose it
+  auto refused = [&](PrivateTrainingConfigT<double> c, const char* why) {
+    FastRng init(25);
+    auto m = make_mlp<double>({8, 3}, Activation::relu, init);
+    SgdT<double> sgd(m->parameters(), 0.1);
+    CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*m, sgd, train, c), doctest::Contains(why), std::invalid_argument);
+  };
+  refused(config({{0.0, 24}}), "noise multiplier > 0");
+  refused(config({{4.0, 0}}), "at least one draw");
+  PrivateTrainingConfigT<double> non_private;
+  non_private.non_private = true;
+  non_private.released_before = {mean_release};
+  refused(non_private, "non-private run");
+  PrivateTrainingConfigT<double> fixed = config({mean_release});
+  fixed.sampling = Sampling::fixed;
+  refused(fixed, "Poisson sampling's accountants");
+}
+
 TEST_CASE("private trainer: a logical batch clipped in physical chunks gives the one-chunk step") {
   FastRng data(10);
   const BatchT<double> train = separable<double>(400, data);

@@ -185,3 +185,33 @@ TEST_CASE("grid noise epsilon: the accountant asked at the inner delta, plus the
   CHECK(claimed > big);
   CHECK(claimed < big * 1.001);
 }
+
+TEST_CASE("noisy clipped sum: rows scaled to the bound, summed, with noise of std sigma * bound per coordinate") {
+  // 3 rows of dimension 2: (3, 4) has norm 5 and is scaled to (0.6, 0.8); the others are within the bound
+  const std::vector<float> rows{3, 4, 0.5f, 0, 0, -0.25f};
+  const double sigma = 1e-6;  // so small that the sum shows through: (1.1, 0.55)
+  ReproducibleRng rng(31);
+  const std::vector<double> s = noisy_clipped_sum(rows, 2, 1.0, sigma, rng);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0] == doctest::Approx(1.1).epsilon(1e-4));
+  CHECK(s[1] == doctest::Approx(0.55).epsilon(1e-4));
+  // the noise: zero rows, 200,000 coordinates, std sigma * bound = 2 x 3 = 6 (variance se 36 sqrt(2/n) = 0.11)
+  const std::size_t d = 200000;
+  const std::vector<float> zeros(2 * d, 0.0f);
+  const std::vector<double> noise = noisy_clipped_sum(zeros, d, 2.0, 3.0, rng);
+  double sum = 0, sum_sq = 0;
+  for (double x : noise) {
+    sum += x;
+    sum_sq += x * x;
+  }
+  CHECK(std::abs(sum / double(d)) < 0.07);  // se 6 / sqrt(n) = 0.013
+  CHECK(sum_sq / double(d) == doctest::Approx(36.0).epsilon(0.016));
+  // refused: rows that do not fill the dimension, a bad bound or multiplier, non-finite rows, a predictable generator
+  CHECK_THROWS_AS(noisy_clipped_sum(rows, 4, 1.0, 1.0, rng), std::invalid_argument);
+  CHECK_THROWS_AS(noisy_clipped_sum(rows, 2, 0.0, 1.0, rng), std::invalid_argument);
+  CHECK_THROWS_AS(noisy_clipped_sum(rows, 2, 1.0, 0.0, rng), std::invalid_argument);
+  const std::vector<float> bad{1, std::nanf("")};
+  CHECK_THROWS_AS(noisy_clipped_sum(bad, 2, 1.0, 1.0, rng), std::invalid_argument);
+  FastRng fast(1);
+  CHECK_THROWS_AS(noisy_clipped_sum(rows, 2, 1.0, 1.0, fast), std::invalid_argument);
+}
