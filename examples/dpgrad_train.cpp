@@ -234,7 +234,6 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   if (o.centre_features > 0) {
     require(model_reads_scattering(o.model), "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
     require(dp, "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
-    require(!comm || comm->size() == 1, "--centre-features runs on one process");
     const std::size_t dim = 7 * 7 * 81;
     if (resumed) {
       require(resumed->contains("feature_centre") && (*resumed)["feature_centre"].is_array() &&
@@ -245,8 +244,10 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     } else {
       const ArrayT<float> normalised = scattering_normalised(data.train.inputs);
       auto rng = make_private_rng(o.reproducible_noise, o.seed + 5);
-      const std::vector<double> sum = privacy::noisy_clipped_sum(
-          std::span<const float>(normalised.data(), normalised.size()), dim, std::sqrt(double(dim)), o.centre_features, *rng);
+      if (comm) share_generator(*comm, *rng);  // the ranks' rows are summed, then noised once, the same on every rank
+      const std::vector<double> sum =
+          privacy::noisy_clipped_sum(std::span<const float>(normalised.data(), normalised.size()), dim,
+                                     std::sqrt(double(dim)), o.centre_features, *rng, comm.get());
       centre = ArrayT<float>::from_shape({7, 7, 81});
       for (std::size_t k = 0; k < dim; ++k) centre->data()[k] = float(sum[k] / double(whole_train));
       say(fmt::format("feature centre: the mean of the normalised features over {} images, noise multiplier {} "

@@ -38,7 +38,7 @@ void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng) {
 }
 
 std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t dim, double bound,
-                                      double noise_multiplier, Rng& rng) {
+                                      double noise_multiplier, Rng& rng, Communicator* communicator) {
   if (dim < 1 || rows.size() % dim != 0)
     throw std::invalid_argument("noisy_clipped_sum: " + std::to_string(rows.size()) +
                                 " values are not whole rows of dimension " + std::to_string(dim));
@@ -55,6 +55,7 @@ std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t d
     const double scale = sq > bound * bound ? bound / std::sqrt(sq) : 1.0;
     for (std::size_t k = 0; k < dim; ++k) sum[k] += scale * double(row[k]);
   }
+  if (communicator && communicator->size() > 1) communicator->allreduce_sum(sum.data(), dim);
   add_grid_noise(rng, noise_grid(noise_multiplier * bound), sum.data(), dim);
   return sum;
 }

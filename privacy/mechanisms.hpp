@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/communicator.hpp"
 #include "engine/random.hpp"
 
 namespace dpgrad::privacy {
@@ -62,8 +63,12 @@ double grid_noise_epsilon_of_draws(const Accountant& accountant, double delta, d
 /// noise_multiplier / 2 under replace-one: a replaced row moves the sum by 2 bound),
 /// with dim noise draws. Throws std::invalid_argument on a bad size, bound or
 /// multiplier (0 is refused: never a sum without noise) and on non-finite rows.
+/// With a communicator of more than one process (a data-parallel run), every rank
+/// passes its own rows: the ranks' sums are added, then noised once with `rng`,
+/// which must be the same stream on every rank (share_generator), so that every
+/// rank returns the same release. Every rank must call it.
 std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t dim, double bound,
-                                      double noise_multiplier, Rng& rng);
+                                      double noise_multiplier, Rng& rng, Communicator* communicator = nullptr);
 
 /// Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth Thm. 3.6):
 /// value + Lap(Delta_1 / eps) is eps-DP for a query of L1 sensitivity Delta_1.

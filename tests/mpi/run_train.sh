@@ -5,7 +5,8 @@
 # 2. a strategy that cannot shard ends the job with a clear error, not a hang;
 # 3. a rank killed mid-run ends the job; the run then resumes from its last
 #    checkpoint, on 2 ranks and on 1 process, and finishes with the epsilon of
-#    an uninterrupted run.
+#    an uninterrupted run;
+# 4. a private feature centre is the same release on 2 ranks as on 1 process.
 set -uo pipefail
 mpirun=$1 train=$2
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -71,3 +72,16 @@ echo "ok: resumed and finished at epsilon $(field "$work/resumed.json" epsilon),
   fail "epsilon resumed on 1 process: $(field "$work/resumed1.json" epsilon), uninterrupted $(field "$work/whole.json" epsilon)"
 [ "$(field "$work/resumed1.json" processes)" = 1 ] || fail "the resumed single-process run does not say \"processes\": 1"
 echo "ok: the 2-rank checkpoint also resumed on one process, at the same epsilon"
+
+# 4. a private feature centre: the ranks' rows summed, noised once; 2 ranks release what 1 process releases
+centred=(--dataset synthetic --model scatter-linear --optimizer dp-momentum --lr 1 --clip-norm 0.1 --batch-size 64
+  --train-limit 512 --test-limit 128 --epochs 2 --target-epsilon 3 --centre-features 5 --reproducible-noise --seed 4
+  --json)
+"$train" "${centred[@]}" >"$work/centre1.json" 2>/dev/null || fail "the single-process centred run failed"
+np2 "$train" "${centred[@]}" >"$work/centre2.json" 2>"$work/centre2.err" ||
+  { cat "$work/centre2.err" >&2; fail "the 2-rank centred run failed"; }
+for key in test_accuracy epsilon noise_multiplier centre_noise_multiplier; do
+  [ "$(field "$work/centre1.json" $key)" = "$(field "$work/centre2.json" $key)" ] ||
+    fail "--centre-features, $key: 1 process $(field "$work/centre1.json" $key), 2 ranks $(field "$work/centre2.json" $key)"
+done
+echo "ok: --centre-features on 2 ranks = 1 process (test accuracy $(field "$work/centre2.json" test_accuracy))"
