@@ -243,3 +243,16 @@ TEST_CASE("norm: every exact per-sample route agrees with the per-example loop o
   INFO(k.str());
   CHECK(k.agrees(1e-9));
 }
+
+TEST_CASE("norm: jl:K norm estimates on a centred scatter head follow chi2_K / K") {
+  FastRng init(16), data(17), rng(18);
+  const A m = randn<double>({7, 7, 81}, data);
+  auto model = make_scatter_linear<double>(init, 3, &m);
+  BatchT<double> batch;
+  batch.inputs = randn<double>({6, 7, 7, 81}, data);
+  batch.labels = {0, 1, 2, 1, 0, 2};
+  batch.ids = {0, 1, 2, 3, 4, 5};
+  const test::JlLaw law = test::jl3_law(*model, batch, rng);
+  CHECK(law.ks < law.critical);
+  CHECK(law.mean == doctest::Approx(1.0).epsilon(0.1));
+}
