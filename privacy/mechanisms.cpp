@@ -45,6 +45,18 @@ std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t d
   require_positive(bound, "noisy_clipped_sum", "the norm bound");
   require_positive(noise_multiplier, "noisy_clipped_sum", "the noise multiplier");
   require_private_generator(rng, "noisy_clipped_sum's noise");
+  // Rounding the sum to the noise grid moves it by up to grid / 2 a coordinate, so two
+  // neighbouring sums' rounded values differ by up to A = grid (sqrt(dim) + 1) more than
+  // the sums do (docs/noise.md section 3): rows are clipped to bound - A, and the
+  // release's sensitivity stays `bound`. A factor 1 - 2^-40 covers the rounding of
+  // each row's norm and scale in double.
+  const NoiseGrid grid = noise_grid(noise_multiplier * bound);
+  const double allowance = grid.grid * (std::sqrt(double(dim)) + 1.0);
+  const double clip = (bound - allowance) * (1 - 0x1p-40);
+  if (!(clip > 0.5 * bound))
+    throw std::invalid_argument("noisy_clipped_sum: noise multiplier " + format_number(noise_multiplier) +
+                                " is too large for the noise grid over " + std::to_string(dim) +
+                                " values (its rounding allowance would take half of the bound; docs/noise.md)");
   std::vector<double> sum(dim, 0.0);
   for (std::size_t first = 0; first < rows.size(); first += dim) {
     const float* row = rows.data() + first;
@@ -52,11 +64,11 @@ std::vector<double> noisy_clipped_sum(std::span<const float> rows, std::size_t d
     for (std::size_t k = 0; k < dim; ++k) sq += double(row[k]) * double(row[k]);
     if (!std::isfinite(sq))
       throw std::invalid_argument("noisy_clipped_sum: row " + std::to_string(first / dim) + " is not finite");
-    const double scale = sq > bound * bound ? bound / std::sqrt(sq) : 1.0;
+    const double scale = sq > clip * clip ? clip / std::sqrt(sq) : 1.0;
     for (std::size_t k = 0; k < dim; ++k) sum[k] += scale * double(row[k]);
   }
   if (communicator && communicator->size() > 1) communicator->allreduce_sum(sum.data(), dim);
-  add_grid_noise(rng, noise_grid(noise_multiplier * bound), sum.data(), dim);
+  add_grid_noise(rng, grid, sum.data(), dim);
   return sum;
 }
 

@@ -56,7 +56,9 @@ double grid_noise_epsilon(const Accountant& accountant, double delta, double coo
 double grid_noise_epsilon_of_draws(const Accountant& accountant, double delta, double draws, double scale = 0x1p24);
 
 /// The Gaussian mechanism on a sum of vectors: each of the n rows of `rows`
-/// (n x dim, row-major) scaled down to L2 norm at most `bound`, the rows summed in
+/// (n x dim, row-major) scaled down to L2 norm at most `bound` less the noise
+/// grid's rounding allowance grid (sqrt(dim) + 1) (so that the rounded sum moves
+/// by at most `bound` when a row is added or removed), the rows summed in
 /// double, and grid noise (add_grid_noise) of standard deviation
 /// noise_multiplier * bound added to each of the dim sums. Its privacy is one
 /// Gaussian step (q = 1) at noise_multiplier under add/remove-one neighbours (at
