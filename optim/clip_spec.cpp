@@ -39,7 +39,7 @@ ClipSpec parse_clip_spec(const std::string& spec) {
                                   std::to_string(kMaxJlDirections) + " (ghost and vanilla give exact norms faster)");
   } else if (spec.rfind("microbatch:", 0) == 0) {
     s.kind = K::microbatch;
-    s.microbatches = parse_positive(spec, spec.substr(11), "microbatch:");
+    s.group_size = parse_positive(spec, spec.substr(11), "microbatch:");
   } else {
     throw std::invalid_argument("unknown clip strategy '" + spec +
                                 "' (none, naive, vanilla, ghost, jl:K, microbatch:M)");

@@ -12,7 +12,7 @@ struct ClipSpec {
   Kind kind = Kind::ghost;
   int directions = 0;    // jl:K
   int chunk = 0;         // jl:K/C (0: chosen from the tape's size)
-  int microbatches = 0;  // microbatch:M
+  int group_size = 0;    // microbatch:M: M examples per microbatch
 };
 
 /// jl:K takes at most this many directions: each is a forward pass.

@@ -48,6 +48,9 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
   require_private_generator(noise_rng, "noise");
   require_private_generator(aux_rng, "direction (aux)");
   if (accountant) {
+    if (!accountant->upper_bound())
+      throw std::invalid_argument("the " + accountant->name() + " accountant is an approximation, not an upper bound "
+                                  "on epsilon: it cannot account a private optimizer (use pld, rdp, wor or shuffle)");
     check_accountant_matches(sampler, accountant->name());
     if (strategy.jl_dim() > 0 && !accountant->supports_jl())
       throw std::invalid_argument("the " + accountant->name() + " accountant cannot analyse " + strategy.name() +

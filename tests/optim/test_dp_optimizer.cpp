@@ -353,6 +353,10 @@ TEST_CASE("dp optimizer: the accountant must analyse the sampler that draws the 
   CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *jl, {1.0, 1.0}, *poisson, noise, aux, rdp.get()),
                        doctest::Contains("jl"), std::invalid_argument);
   CHECK_NOTHROW(DPOptimizerT<double>(*model, sgd, *ghost, {1.0, 1.0}, *poisson, noise, aux, rdp.get()));
+  // an approximation (the CLT's gdp) is no upper bound: it cannot account a private optimizer
+  auto gdp = privacy::make_accountant("gdp");
+  CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *ghost, {1.0, 1.0}, *poisson, noise, aux, gdp.get()),
+                       doctest::Contains("not an upper bound"), std::invalid_argument);
 }
 
 TEST_CASE("dp optimizer: the released gradient is the clipped sum rounded to the noise grid plus grid * k") {
