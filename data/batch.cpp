@@ -64,7 +64,61 @@ BatchT<T> BatchT<T>::select(const std::vector<std::size_t>& index) const {
   return b;
 }
 
+namespace {
+/// The rows of `parts`' arrays `field` stacked: all absent, or all (R_k, ...) with one row shape.
+template <class V, class T>
+ArrayT<V> stack_rows(const std::vector<BatchT<T>>& parts, ArrayT<V> BatchT<T>::*field, const char* name) {
+  const ArrayT<V>& first = parts.front().*field;
+  std::size_t rows = 0;
+  for (const auto& p : parts) {
+    const ArrayT<V>& a = p.*field;
+    bool same = a.dimension() == first.dimension();
+    for (std::size_t k = 1; same && k < a.dimension(); ++k) same = a.shape()[k] == first.shape()[k];
+    if (!same)
+      throw std::invalid_argument(std::string("concat_batches: the parts' ") + name + " have different row shapes");
+    if (a.dimension() > 0) rows += a.shape()[0];
+  }
+  if (first.dimension() == 0) return first;
+  Shape s = shape_of(first);
+  s[0] = rows;
+  ArrayT<V> r = ArrayT<V>::from_shape(s);
+  V* out = r.data();
+  for (const auto& p : parts) out = std::copy((p.*field).begin(), (p.*field).end(), out);
+  return r;
+}
+
+template <class V>
+void append(std::vector<V>& to, const std::vector<V>& from, bool expected, std::size_t rows, const char* name) {
+  if (from.empty() ? expected && rows > 0 : !expected)
+    throw std::invalid_argument(std::string("concat_batches: some parts have ") + name + " and others do not");
+  to.insert(to.end(), from.begin(), from.end());
+}
+}  // namespace
+
+template <class T>
+BatchT<T> concat_batches(const std::vector<BatchT<T>>& parts) {
+  BatchT<T> r;
+  if (parts.empty()) return r;
+  const BatchT<T>& first = parts.front();
+  r.views = first.views;
+  for (const auto& p : parts)
+    if (p.views != first.views) throw std::invalid_argument("concat_batches: the parts have different views");
+  r.inputs = stack_rows(parts, &BatchT<T>::inputs, "inputs");
+  r.tokens = stack_rows(parts, &BatchT<T>::tokens, "tokens");
+  r.targets = stack_rows(parts, &BatchT<T>::targets, "targets");
+  for (const auto& p : parts) {
+    const std::size_t rows = p.size();
+    append(r.labels, p.labels, !first.labels.empty(), rows, "labels");
+    append(r.lengths, p.lengths, !first.lengths.empty(), rows, "lengths");
+    append(r.ids, p.ids, !first.ids.empty(), rows, "ids");
+  }
+  r.examples();  // whole examples, labels and targets agreeing
+  return r;
+}
+
 template struct BatchT<float>;
 template struct BatchT<double>;
+template BatchT<float> concat_batches(const std::vector<BatchT<float>>&);
+template BatchT<double> concat_batches(const std::vector<BatchT<double>>&);
 
 }  // namespace dpgrad

@@ -33,6 +33,12 @@ struct BatchT {
   BatchT select(const std::vector<std::size_t>& index) const;
 };
 
+/// The examples of `parts`, in order, as one batch. The parts must agree in
+/// views, in which fields they hold and in the shape of a row; throws
+/// std::invalid_argument naming the first disagreement.
+template <class T>
+BatchT<T> concat_batches(const std::vector<BatchT<T>>& parts);
+
 using Batch = BatchT<float>;
 
 }  // namespace dpgrad

@@ -226,6 +226,16 @@ TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs) 
   return TensorT<T>(node);
 }
 
+template <class T>
+std::vector<std::string> TapeT<T>::ops_reading(const Node<T>* node) const {
+  std::vector<std::string> names;
+  for (const Entry& e : entries_)
+    for (const auto& in : e.inputs)
+      if (in.get() == node && std::find(names.begin(), names.end(), e.op->name()) == names.end())
+        names.push_back(e.op->name());
+  return names;
+}
+
 template class TapeT<float>;
 template class TapeT<double>;
 template class RecordScope<float>;

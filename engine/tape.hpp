@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -98,6 +99,8 @@ class TapeT {
   ParamUse<T>* add_use(const std::shared_ptr<Node<T>>& param, UseKind kind);
   /// Grouped by parameter, in order of first use.
   const std::vector<ParamUses<T>>& uses() const { return grouped_; }
+  /// The names of the recorded ops that read `node` directly, each once, in tape order (for messages).
+  std::vector<std::string> ops_reading(const Node<T>* node) const;
 
  private:
   struct Entry {

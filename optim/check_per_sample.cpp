@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_map>
 
 #include "engine/ops.hpp"
@@ -12,6 +13,7 @@
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
 #include "optim/clipping.hpp"
+#include "privacy/accountant.hpp"
 
 namespace dpgrad {
 
@@ -151,7 +153,125 @@ PerSampleCheck check_per_sample(ModelT<T>& model, const BatchT<T>& batch) {
   return check;
 }
 
+template <class T>
+BatchT<T> synthetic_records(const BatchT<T>& like, std::size_t examples, std::size_t classes, Rng& rng) {
+  BatchT<T> b;
+  b.views = like.views;
+  const std::size_t rows = examples * like.views;
+  auto normal_rows = [&](const ArrayT<T>& layout) {
+    Shape s = shape_of(layout);
+    s[0] = rows;
+    ArrayT<T> a = ArrayT<T>::from_shape(s);
+    for (auto& v : a) v = T(rng.normal());
+    return a;
+  };
+  if (like.inputs.dimension() > 0) b.inputs = normal_rows(like.inputs);
+  if (like.targets.dimension() > 0) b.targets = normal_rows(like.targets);
+  if (like.tokens.dimension() > 0) {
+    Shape s = shape_of(like.tokens);
+    s[0] = rows;
+    b.tokens = xt::zeros<std::int32_t>(s);
+    const std::size_t length = s.size() > 1 ? s[1] : 1, row = b.tokens.size() / std::max<std::size_t>(rows, 1);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t n = length == 0 ? 0 : 1 + rng.next_u64() % length;
+      for (std::size_t k = 0; k < n && k < row; ++k) b.tokens.data()[r * row + k] = std::int32_t(rng.next_u64() & 1);
+      if (!like.lengths.empty()) b.lengths.push_back(std::int32_t(n));
+    }
+  }
+  if (!like.labels.empty())
+    for (std::size_t r = 0; r < rows; ++r)
+      b.labels.push_back(std::int32_t(rng.next_u64() % std::max<std::size_t>(classes, 1)));
+  for (std::size_t r = 0; r < rows; ++r) b.ids.push_back(std::int64_t(r / like.views));
+  return b;
+}
+
+namespace {
+
+/// Where a and b differ most, relative to the largest |b|: (index, error).
+template <class A, class B>
+std::pair<std::size_t, double> worst_difference(const A& a, const B& b) {
+  double scale = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) scale = std::max(scale, std::abs(double(b[i])));
+  std::pair<std::size_t, double> worst{0, 0.0};
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const double diff = std::abs(double(a[i]) - double(b[i]));
+    const double e = diff == 0 ? 0.0 : diff / std::max(scale, 1e-300);
+    if (!(e <= worst.second)) worst = {i, e};
+  }
+  return worst;
+}
+
+}  // namespace
+
+template <class T>
+void structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& like,
+                           const std::function<BatchT<T>(const BatchT<T>&, long)>& transform) {
+  const std::string name = strategy.name();
+  const bool jl = strategy.jl_dim() > 0;
+  if (!jl && name != "vanilla" && name != "ghost") return;  // naive, microbatch:M, none: each example (group) alone
+  constexpr std::size_t kRecords = 4;
+  const double tolerance = std::is_same_v<T, float> ? 1e-3 : 1e-7;
+  EvalMode<T> eval(model);
+  FastRng rng(0x5e1fc4ec);  // the records are synthetic: nothing to keep secret, the same on every rank
+  // the outputs' width fixes the labels' range
+  std::size_t classes = 1;
+  {
+    NoRecordScope<T> none;
+    const BatchT<T> probe = synthetic_records(like, 1, 1, rng);
+    const ArrayT<T>& out = model.forward(probe).value();
+    if (out.dimension() >= 2) classes = out.shape()[1];
+  }
+  BatchT<T> records = synthetic_records(like, kRecords, classes, rng);
+  if (transform) {
+    std::vector<BatchT<T>> parts;
+    for (std::size_t i = 0; i < kRecords; ++i) parts.push_back(transform(records.select({i}), 0));
+    records = concat_batches(parts);
+  }
+  const std::string why = ": the model mixes samples where the engine does not see it (a constant computed from "
+                          "the batch, or state shared between examples; docs/per-sample.md); use the naive strategy";
+  auto fmt = [](double v) { return privacy::format_number(v, 6); };
+  if (jl) {
+    std::vector<ArrayT<T>> dirs;
+    for (const auto& p : model.parameters()) {
+      Shape s{2};
+      for (auto d : p.value().shape()) s.push_back(d);
+      ArrayT<T> v = ArrayT<T>::from_shape(s);
+      rng.fill_normal(v.data(), v.size(), 1.0);
+      dirs.push_back(std::move(v));
+    }
+    const ArrayT<T> batched = jl_projections(model, records, dirs);  // (2, B)
+    ArrayT<T> alone = ArrayT<T>::from_shape(batched.shape());
+    for (std::size_t i = 0; i < kRecords; ++i) {
+      const ArrayT<T> one = jl_projections(model, records.select({i}), dirs);
+      for (std::size_t j = 0; j < 2; ++j) alone(j, i) = one(j, 0);
+    }
+    const auto [at, error] = worst_difference(batched, alone);
+    for (auto& p : model.parameters()) p.zero_grad();
+    if (!(error <= tolerance))
+      throw std::invalid_argument("structural self-check: " + name + "'s projection " + std::to_string(at / kRecords) +
+                                  " of synthetic record " + std::to_string(at % kRecords) + " is " +
+                                  fmt(double(batched[at])) + " in the batch and " + fmt(double(alone[at])) +
+                                  " alone" + why);
+    return;
+  }
+  auto naive = make_clip_strategy<T>("naive");
+  const ArrayT<T> want = naive->clipped_sum(model, records, 1e300, rng).norms;
+  const ArrayT<T> got = strategy.clipped_sum(model, records, 1e300, rng).norms;
+  for (auto& p : model.parameters()) p.zero_grad();
+  const auto [at, error] = worst_difference(got, want);
+  if (!(error <= tolerance))
+    throw std::invalid_argument("structural self-check: " + name + "'s per-sample gradient norm of synthetic record " +
+                                std::to_string(at) + " is " + fmt(double(got[at])) + "; the per-example loop's is " +
+                                fmt(double(want[at])) + why);
+}
+
 template PerSampleCheck check_per_sample(ModelT<float>&, const BatchT<float>&);
 template PerSampleCheck check_per_sample(ModelT<double>&, const BatchT<double>&);
+template BatchT<float> synthetic_records(const BatchT<float>&, std::size_t, std::size_t, Rng&);
+template BatchT<double> synthetic_records(const BatchT<double>&, std::size_t, std::size_t, Rng&);
+template void structural_self_check(ModelT<float>&, ClipStrategyT<float>&, const BatchT<float>&,
+                                    const std::function<BatchT<float>(const BatchT<float>&, long)>&);
+template void structural_self_check(ModelT<double>&, ClipStrategyT<double>&, const BatchT<double>&,
+                                    const std::function<BatchT<double>(const BatchT<double>&, long)>&);
 
 }  // namespace dpgrad

@@ -4,6 +4,7 @@
 // report says which, and by how much (docs/per-sample.md).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,32 @@ struct PerSampleCheck {
 /// fewer than 2 examples; a route that refuses the model is reported, not thrown.
 template <class T>
 PerSampleCheck check_per_sample(ModelT<T>& model, const BatchT<T>& batch);
+
+template <class T>
+class ClipStrategyT;
+class Rng;
+
+/// `examples` records laid out like those of `like` (the same fields, the same
+/// row shapes, the same views) whose values come from `rng` alone: inputs and
+/// targets standard normal, token ids 0 or 1 up to a random length, labels in
+/// [0, classes), ids 0, 1, ... Only the layout of `like` is read, never a value,
+/// so the records are data-independent even when `like` is private.
+template <class T>
+BatchT<T> synthetic_records(const BatchT<T>& like, std::size_t examples, std::size_t classes, Rng& rng);
+
+/// The structural self-check a private run makes before its first step
+/// (docs/per-sample.md): a few synthetic records (synthetic_records, never the
+/// private ones: a refusal decided from private data would itself leak), each
+/// passed through `transform` on its own when there is one, go through the model
+/// batched and through the per-example loop, in evaluation mode. What `strategy`
+/// computes must agree: per-sample norms for the exact strategies (vanilla,
+/// ghost), the projections on the same directions for jl:K. A model that mixes
+/// samples where the engine cannot see it (a constant built from the batch,
+/// state shared between examples) then differs. Throws std::invalid_argument
+/// naming the strategy, the record and the two values. naive, microbatch:M and
+/// none have nothing to compare: they run each example (or group) alone.
+template <class T>
+void structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& like,
+                           const std::function<BatchT<T>(const BatchT<T>&, long)>& transform);
 
 }  // namespace dpgrad

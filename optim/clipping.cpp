@@ -110,9 +110,15 @@ double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, con
   double total = loss_total(losses);
   tape.backward(sum(losses));
   for (const auto& p : ps)
-    if (p.has_grad())
-      throw std::invalid_argument("parameter '" + p.name() +
-                                  "' is used by an op without a per-sample rule; use the naive or jl:K strategy");
+    if (p.has_grad()) {
+      std::string ops;
+      for (const std::string& op : tape.ops_reading(p.node())) ops += (ops.empty() ? "" : ", ") + op;
+      throw std::invalid_argument("parameter '" + p.name() + "' is used by an op without a per-sample rule (" +
+                                  (ops.empty() ? std::string("an op") : ops) +
+                                  "); the exact strategies cannot clip it. Use naive (exact, one example at a "
+                                  "time) or jl:K (estimated norms; it too refuses a model that mixes samples), or "
+                                  "apply the op to the data side (docs/per-sample.md)");
+    }
   return total;
 }
 
@@ -280,6 +286,8 @@ class JlStrategy final : public ClipStrategyT<T> {
     TapeT<T> tape;
     RecordScope<T> scope(tape);
     TensorT<T> losses = per_sample_losses(model, batch);
+    // the projections are each example's only if each loss is its own sample's (docs/per-sample.md)
+    check_per_sample_losses(losses, b);
     res.loss_sum = loss_total(losses);
     const std::size_t k = std::size_t(k_), chunk = std::min(k, chunk_ ? std::size_t(chunk_) : auto_chunk(tape));
     ArrayT<T> norms_sq = xt::zeros<T>({b});
@@ -384,6 +392,33 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
 }  // namespace
 
 template <class T>
+ArrayT<T> jl_projections(ModelT<T>& model, const BatchT<T>& batch, const std::vector<ArrayT<T>>& dirs) {
+  auto ps = model.parameters();
+  if (dirs.size() != ps.size())
+    throw std::invalid_argument("jl_projections: " + std::to_string(dirs.size()) + " direction arrays for " +
+                                std::to_string(ps.size()) + " parameters");
+  const std::size_t b = batch.examples();
+  const std::size_t k = dirs.empty() || dirs[0].dimension() == 0 ? 0 : dirs[0].shape()[0];
+  std::vector<std::pair<const Node<T>*, const ArrayT<T>*>> seeds;
+  for (std::size_t p = 0; p < ps.size(); ++p) {
+    Shape want{k};
+    for (auto d : ps[p].value().shape()) want.push_back(d);
+    if (shape_of(dirs[p]) != want)
+      throw std::invalid_argument("jl_projections: the directions of '" + ps[p].name() + "' are " +
+                                  shape_str(shape_of(dirs[p])) + ", not " + shape_str(want));
+    seeds.emplace_back(ps[p].node(), &dirs[p]);
+  }
+  if (b == 0 || k == 0) return xt::zeros<T>({k, b});
+  zero_grads(ps);
+  TapeT<T> tape;
+  RecordScope<T> scope(tape);
+  TensorT<T> losses = per_sample_losses(model, batch);
+  check_per_sample_losses(losses, b);
+  loss_total(losses);
+  return tape.push_tangents(seeds, losses, k);
+}
+
+template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch) {
   const ClipSpec s = parse_clip_spec(spec);
   switch (s.kind) {
@@ -394,7 +429,7 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, do
     case ClipSpec::Kind::jl: return std::make_unique<JlStrategy<T>>(s.directions, s.chunk);
     case ClipSpec::Kind::microbatch:
       if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");
-      return std::make_unique<MicrobatchStrategy<T>>(s.microbatches, expected_batch);
+      return std::make_unique<MicrobatchStrategy<T>>(s.group_size, expected_batch);
   }
   throw std::invalid_argument("unknown clip strategy '" + spec + "'");
 }
@@ -410,6 +445,8 @@ template std::vector<const ParamUses<double>*> groups_by_param(const TapeT<doubl
                                                                const std::vector<TensorT<double>>&);
 template TensorT<float> per_sample_losses(ModelT<float>&, const BatchT<float>&);
 template TensorT<double> per_sample_losses(ModelT<double>&, const BatchT<double>&);
+template ArrayT<float> jl_projections(ModelT<float>&, const BatchT<float>&, const std::vector<ArrayT<float>>&);
+template ArrayT<double> jl_projections(ModelT<double>&, const BatchT<double>&, const std::vector<ArrayT<double>>&);
 template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::string&, double);
 template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const std::string&, double);
 

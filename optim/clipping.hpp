@@ -81,6 +81,14 @@ std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std
 template <class T>
 TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch);
 
+/// The projections P_ji = <g_i, v_j> of each example's gradient g_i (over all
+/// parameters) on K directions v_j, as jl:K computes them (one forward, K jvps):
+/// (K, B). dirs: per parameter of model.parameters(), (K, ...its shape). Throws
+/// std::invalid_argument when the losses are not one per example, each of its
+/// own sample only (docs/per-sample.md).
+template <class T>
+ArrayT<T> jl_projections(ModelT<T>& model, const BatchT<T>& batch, const std::vector<ArrayT<T>>& dirs);
+
 /// The clip factor for a contribution of `norm` (its coordinates' squares summed
 /// in double, as squared_norm does): min(1, C (1 - kappa) / norm) rounded down
 /// to T, kappa = 2 u_T + (P + 8) 2^-53 with P = `coordinates` and u_T the unit
