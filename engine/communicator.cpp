@@ -2,9 +2,11 @@
 #include "engine/communicator.hpp"
 
 #include <cstdlib>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <sodium.h>
 
 #include "engine/config.hpp"
@@ -54,16 +56,16 @@ std::string broadcast_string(Communicator& comm, const std::string& s, int root)
 
 void require_on_all_ranks(Communicator& comm, bool ok, const std::string& message) {
   if (comm.size() == 1) {
-    if (!ok) throw std::invalid_argument(message);
+    if (!ok) throw RefusedOnAllRanks(message);
     return;
   }
   // each failing rank adds its rank + 1 to the sum and 1 to the count
   double failed[2] = {ok ? 0.0 : double(comm.rank() + 1), ok ? 0.0 : 1.0};
   comm.allreduce_sum(failed, 2);
   if (failed[1] == 0) return;
-  if (!ok) throw std::invalid_argument(message);
-  throw std::invalid_argument(std::to_string(int(failed[1])) + " of " + std::to_string(comm.size()) +
-                              " ranks refused their data or settings (see their messages)");
+  if (!ok) throw RefusedOnAllRanks(message);
+  throw RefusedOnAllRanks(std::to_string(int(failed[1])) + " of " + std::to_string(comm.size()) +
+                          " ranks refused their data or settings (see their messages)");
 }
 
 void require_same_on_all_ranks(Communicator& comm, double value, const std::string& what) {
@@ -76,6 +78,49 @@ void require_same_on_all_ranks(Communicator& comm, double value, const std::stri
   if (differs > 0)
     throw std::runtime_error("the ranks disagree on " + what + " (" + std::to_string(int(differs)) + " of " +
                              std::to_string(comm.size()) + " ranks differ from rank 0's " + std::to_string(first) + ")");
+}
+
+namespace {
+/// `j`'s values under dotted keys ("model.parameters"), objects opened.
+void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    return;
+  }
+  out[prefix.empty() ? "(value)" : prefix] = j.dump();
+}
+}  // namespace
+
+void require_same_settings_on_all_ranks(Communicator& comm, const std::string& settings_json, const std::string& what) {
+  if (comm.size() == 1) return;
+  std::map<std::string, std::string> mine, first;
+  const std::string root = broadcast_string(comm, settings_json);
+  flatten(nlohmann::json::parse(settings_json, nullptr, false), "", mine);
+  flatten(nlohmann::json::parse(root, nullptr, false), "", first);
+  // one flag per key of rank 0's (the same count on every rank), and one for keys rank 0 lacks
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : first) keys.push_back(k);
+  std::vector<double> differs(keys.size() + 1, 0.0);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto it = mine.find(keys[i]);
+    if (it == mine.end() || it->second != first[keys[i]]) differs[i] = 1;
+  }
+  for (const auto& [k, v] : mine)
+    if (!first.count(k)) differs.back() = 1;
+  const std::vector<double> here = differs;
+  comm.allreduce_sum(differs.data(), differs.size());
+  std::string list;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (differs[i] == 0) continue;
+    const auto it = mine.find(keys[i]);
+    list += (list.empty() ? "" : "; ") + keys[i] + " (rank 0: " + first[keys[i]] +
+            (here[i] > 0 ? ", this rank: " + (it == mine.end() ? std::string("none") : it->second)
+                         : ", on " + std::to_string(int(differs[i])) + " other rank(s) another value") + ")";
+  }
+  if (differs.back() > 0) list += std::string(list.empty() ? "" : "; ") + "which settings there are";
+  if (!list.empty())
+    throw RefusedOnAllRanks("the ranks' " + what + " differ in " + list +
+                                ": every rank must be started with the same settings (docs/distributed.md)");
 }
 
 bool launched_by_mpi_launcher() {

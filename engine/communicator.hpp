@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,18 @@ class Communicator {
 /// The communicator of a run on one process (rank 0 of 1).
 std::shared_ptr<Communicator> single_process();
 
+/// A refusal that every rank of a run raised at the same point (the checks
+/// below): no rank is left waiting for another, so a program may end normally
+/// on every rank instead of aborting the job.
+class RefusedOnAllRanks : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 /// Rank 0's string on every rank.
 std::string broadcast_string(Communicator& comm, const std::string& s, int root = 0);
 
-/// Throws std::invalid_argument on every rank when `ok` is false on any: with
+/// Throws RefusedOnAllRanks on every rank when `ok` is false on any: with
 /// `message` where it failed, elsewhere naming the first rank that failed. Checks
 /// of one rank's data go through it, so that no rank waits for one that threw.
 void require_on_all_ranks(Communicator& comm, bool ok, const std::string& message);
@@ -54,6 +63,15 @@ void require_on_all_ranks(Communicator& comm, bool ok, const std::string& messag
 /// Throws std::runtime_error naming `what` unless every rank passed the same `value`
 /// (each rank compares its own with rank 0's, exactly; NaN equals NaN).
 void require_same_on_all_ranks(Communicator& comm, double value, const std::string& what);
+
+/// Throws RefusedOnAllRanks on every rank unless every rank passed the same
+/// `settings` (a JSON object; nested objects are compared key by key). The
+/// message names each differing key with this rank's value and rank 0's, e.g.
+/// "the ranks' runs differ in noise_multiplier (this rank 0.5, rank 0 2)". Every
+/// rank must call it, with objects built by the same code (the same keys): it
+/// sends rank 0's settings and one flag per key, so no rank waits for another
+/// whatever the values. `what` names the settings in the message ("runs").
+void require_same_settings_on_all_ranks(Communicator& comm, const std::string& settings_json, const std::string& what);
 
 /// True when an MPI launcher (mpirun, mpiexec, srun with PMI) started this
 /// process: its environment names a rank.

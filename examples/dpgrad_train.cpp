@@ -145,6 +145,14 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     else fmt::print(stderr, "{}\n", s);
   };
 
+  // ---- every rank the same run, checkpoints included (docs/distributed.md), before anything else
+  if (comm) {
+    json same = run_options_json(o);
+    same.erase("threads");  // each rank's own
+    same["checkpoint-dir"] = o.checkpoint_dir;
+    same["resume"] = o.resume;
+    require_same_settings_on_all_ranks(*comm, same.dump(), "options");
+  }
   // ---- arguments that do not need data
   check_train_options(o);
   const std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
@@ -316,6 +324,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   cfg.target_epsilon = o.target_epsilon;
   cfg.delta = o.delta;
   cfg.allow_no_noise = o.allow_no_noise;
+  cfg.allow_large_delta = o.allow_large_delta;
   cfg.epochs = o.epochs;
   cfg.max_steps = std::max(0L, o.max_steps);
   cfg.batch_size = o.batch;
@@ -378,6 +387,10 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
                     strategy.name(), o.clip_norm, sigma, trainer.calibrated() ? " (calibrated)" : "", o.accountant,
                     privacy::to_string(accountant->neighbouring()), delta));
     if (sigma == 0) say("  WARNING: noise multiplier 0: this run is NOT private; no epsilon is reported");
+    for (const std::string& w : trainer.warnings()) say("  WARNING: " + w);
+    if (trainer.self_check_seconds() > 0)
+      say(fmt::format("  structural self-check of {} on 4 synthetic records: passed in {:.3f} s (docs/per-sample.md)",
+                      strategy.name(), trainer.self_check_seconds()));
     say(fmt::format("  noise, sampling and directions: {}", trainer.noise_generator()));
     if (opt.noise_reproducible())
       say(fmt::format("  WARNING: --reproducible-noise: this run is {}", kNotPrivateReproducible));
@@ -572,8 +585,30 @@ int main(int argc, char** argv) {
   Options& o = parsed.options;
   try {
     json resumed;
-    if (o.resume) resumed = restore_run_options(o, parsed.given);
+    if (o.resume) {
+      require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
+      // rank 0 reads the checkpoint's options with the run's key; the others get them from it
+      std::string extra, error;
+      if (!comm || comm->rank() == 0) {
+        try {
+          extra = CheckpointDir(o.checkpoint_dir).read_extra().dump();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      if (comm) {
+        error = broadcast_string(*comm, error);
+        extra = broadcast_string(*comm, extra);
+      }
+      if (!error.empty()) throw CheckpointError(error);
+      resumed = restore_run_options(o, parsed.given, json::parse(extra));
+    }
     return run(o, o.resume ? &resumed : nullptr, comm);
+  } catch (const RefusedOnAllRanks& e) {  // every rank refused together: none waits, so each ends normally
+    quiet.reset();
+    const std::string where = comm && comm->size() > 1 ? fmt::format(" (rank {})", comm->rank()) : "";
+    fmt::print(stderr, "dpgrad-train: error{}: {}\n", where, e.what());
+    return 2;
   } catch (const std::bad_alloc&) {
     return fail("out of memory; lower --batch-size, or use --clip-strategy ghost (or microbatch), whose per-sample "
                 "work takes the least memory");

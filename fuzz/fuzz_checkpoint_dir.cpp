@@ -5,11 +5,12 @@
 //
 // Input: byte 0 picks the run (its accountant: rdp, pld, wor, shuffle, gdp);
 // byte 1 bit 0 asks for the manifest's sizes and hashes to be recomputed after
-// the files are replaced (as someone editing a checkpoint would), so that the
-// reading behind the manifest is reached. The rest is split on "@@@@": piece k
-// replaces the k-th file of a valid checkpoint of that run (state.json, the
-// arrays, manifest.json, latest), the others stay as saved. Every problem must
-// be a CheckpointError; anything else (a crash, another exception, a hang) is a bug.
+// the files are replaced, and its MAC under the run's key (as only the key's
+// holder could), so that the reading behind the MAC and the manifest is reached
+// (deep JSON in state.json, say). The rest is split on "@@@@": piece k replaces
+// the k-th file of a valid checkpoint of that run (state.json, the arrays,
+// manifest.json, manifest.mac, latest), the others stay as saved. Every problem
+// must be a CheckpointError; anything else (a crash, another exception, a hang) is a bug.
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,17 +90,23 @@ struct Template {
 struct Fixture {
   fs::path root;
   std::vector<Template> templates;
+  std::vector<std::unique_ptr<RunKey>> keys;
 
   Fixture() {
     char pattern[] = "/tmp/dpgrad-fuzz-checkpoint-XXXXXX";
     if (!mkdtemp(pattern)) std::abort();
     root = pattern;
+    const fs::path store = root / "keys";
+    fs::create_directory(store);
+    fs::permissions(store, fs::perms::owner_all);
+    setenv("DPGRAD_KEY_STORE", store.c_str(), 1);
     for (const char* name : kAccountants) {
       Run run(name);
       run.accountant->step(0.2, 1.1, 3);
       run.noise.normal();
       const fs::path dir = root / ("template-" + std::string(name));
-      CheckpointDir(dir).save<float>(3, run.state(), json{{"note", "fuzz"}, {"epochs", 1.5}});
+      keys.push_back(RunKey::create(store));
+      CheckpointDir(dir).save<float>(3, run.state(), json{{"note", "fuzz"}, {"epochs", 1.5}}, *keys.back());
       const std::string latest = read_all(dir / "latest");
       const fs::path step_dir = dir / std::string(latest.substr(0, latest.find('\n')));
       Template t;
@@ -112,6 +119,7 @@ struct Fixture {
         for (const auto& p : names) t.files.push_back({std::string(sub) + "/" + p.filename().string(), read_all(p)});
       }
       t.files.push_back({"manifest.json", read_all(step_dir / "manifest.json")});
+      t.files.push_back({"manifest.mac", read_all(step_dir / "manifest.mac")});
       t.files.push_back({"../latest", latest});  // in the checkpoint directory, beside the step's folder
       templates.push_back(std::move(t));
     }
@@ -157,10 +165,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (m.is_discarded() || !m.is_object()) break;
       json listed = json::object();
       for (const auto& [other, content] : files)
-        if (other != "manifest.json" && other != "../latest")
+        if (other != "manifest.json" && other != "manifest.mac" && other != "../latest")
           listed[other] = {{"bytes", content.size()}, {"blake2b", checkpoint_file_hash(content)}};
       m["files"] = listed;
       bytes = m.dump();
+      for (auto& [mac_rel, mac] : files)
+        if (mac_rel == "manifest.mac") mac = fixture.keys[which]->mac(bytes);
     }
   }
 
@@ -182,7 +192,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const CheckpointDir checkpoint(dir);
   try {
     (void)checkpoint.read_extra();
-    (void)checkpoint.load(state);
+    (void)checkpoint.load(state, *fixture.keys[which]);
   } catch (const CheckpointError& e) {
     // the harness itself must reach the reading: a checkpoint left as saved loads
     if (rest.empty()) {

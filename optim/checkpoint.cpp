@@ -12,11 +12,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <cmath>
+#include <optional>
 
 #include <xtensor/xnpy.hpp>  // dump_npy: writing
 
+#include "engine/json.hpp"
 #include "engine/random.hpp"
 #include "optim/npy.hpp"
 #include "optim/optimizer.hpp"
@@ -31,57 +32,128 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kFormat = "dpgrad-checkpoint";
-constexpr int kVersion = 1;
 
 [[noreturn]] void fail(const std::string& what) { throw CheckpointError("checkpoint: " + what); }
 
+/// `text` fit for a message: at most 80 characters, control bytes and NULs shown as \xNN.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(char(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (text.size() > 80) out += "...";
+  return out;
+}
+
+/// A file descriptor closed at scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+};
 
 void fsync_path(const fs::path& p, bool directory) {
-  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) fail("cannot open " + p.string() + ": " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) fail("cannot flush " + p.string() + " to disk: " + std::strerror(errno));
+  Fd f(::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC));
+  if (f.fd < 0) fail("cannot open " + p.string() + ": " + std::strerror(errno));
+  if (::fsync(f.fd) != 0) fail("cannot flush " + p.string() + " to disk: " + std::strerror(errno));
 }
 
-/// Writes `bytes` to `path` and flushes it to disk.
+/// Writes `bytes` to a new file `path` (mode 0600, never through a link) and flushes it to disk.
 void write_file(const fs::path& path, const std::string& bytes) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot create " + path.string() + ": " + std::strerror(errno));
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    out.flush();
-    if (!out) fail("cannot write " + path.string() + " (disk full?)");
+  Fd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (f.fd < 0) fail("cannot create " + path.string() + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(f.fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("cannot write " + path.string() + ": " + (w < 0 ? std::strerror(errno) : "disk full?"));
+    done += std::size_t(w);
   }
-  fsync_path(path, false);
+  if (::fsync(f.fd) != 0) fail("cannot flush " + path.string() + " to disk: " + std::strerror(errno));
 }
 
-/// Reads a regular file of at most `max_bytes` (a symbolic link, FIFO, device or
-/// folder in its place is an error, not a read that blocks or never ends).
-std::string read_file(const fs::path& path, std::size_t max_bytes = std::size_t(1) << 34) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    fail("cannot read " + path.string() + ": " +
-         (errno == ELOOP ? std::string("it is a symbolic link, which a checkpoint never holds") : std::strerror(errno)));
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } closer{fd};
+/// Creates the folders of `rel` below `root` (mode 0700), as far as they are missing.
+void make_private_dirs(const fs::path& root, const fs::path& rel) {
+  fs::path p = root;
+  for (const auto& part : rel) {
+    p /= part;
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST) fail("cannot create " + p.string() + ": " + std::strerror(errno));
+  }
+}
+
+/// Why opening `what` failed, in words (a link or a loop named as such).
+std::string open_error(int e) {
+  if (e == ELOOP || e == EMLINK) return "it is a symbolic link, which a checkpoint never holds";
+  if (e == ENOTDIR) return "it is not a folder (or a symbolic link to one, which a checkpoint never holds)";
+  return std::strerror(e);
+}
+
+/// The folder `name` inside the folder open at `parent`, never through a symbolic link.
+Fd open_dir_at(int parent, const std::string& name, const std::string& shown) {
+  Fd f(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (f.fd < 0) fail("cannot open " + shown + ": " + open_error(errno));
+  return f;
+}
+
+/// Reads the regular file `rel` (components separated by '/') below the folder open at
+/// `root`, following no symbolic link at any level; at most `max_bytes`. `shown` names it.
+std::string read_at(int root, const std::string& rel, std::size_t max_bytes, const std::string& shown) {
+  std::vector<std::string> parts;
+  for (std::size_t start = 0; start <= rel.size();) {
+    const std::size_t end = std::min(rel.find('/', start), rel.size());
+    parts.push_back(rel.substr(start, end - start));
+    start = end + 1;
+  }
+  std::optional<Fd> dir;
+  int at = root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    dir.emplace(open_dir_at(at, parts[i], shown));
+    at = dir->fd;
+  }
+  Fd f(::openat(at, parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (f.fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) fail(shown + " is missing");
+    fail("cannot read " + shown + ": " + open_error(e));
+  }
   struct stat st {};
-  if (::fstat(fd, &st) != 0) fail("cannot read " + path.string() + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(path.string() + " is not a regular file");
+  if (::fstat(f.fd, &st) != 0) fail("cannot read " + shown + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(shown + " is not a regular file");
   if (std::size_t(st.st_size) > max_bytes)
-    fail(path.string() + " has " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
+    fail(shown + " has " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
          " expected");
   std::string out(std::size_t(st.st_size), '\0');
   std::size_t done = 0;
   while (done < out.size()) {
-    const ssize_t r = ::read(fd, out.data() + done, out.size() - done);
+    const ssize_t r = ::read(f.fd, out.data() + done, out.size() - done);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) fail("cannot read " + path.string() + ": " + (r < 0 ? std::strerror(errno) : "it shrank"));
+    if (r <= 0) fail("cannot read " + shown + ": " + (r < 0 ? std::strerror(errno) : "it shrank"));
     done += std::size_t(r);
   }
   return out;
+}
+
+/// The checkpoint directory itself (the user's path: a link to it is followed here, and nowhere below).
+Fd open_root(const fs::path& dir) {
+  Fd f(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (f.fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) fail("no checkpoint in " + dir.string() + " (the folder does not exist)");
+    fail("cannot open the checkpoint directory " + dir.string() + ": " + std::strerror(e));
+  }
+  return f;
 }
 
 /// A manifest's relative path: letters, digits, '.', '_', '-' and '/', no empty,
@@ -129,9 +201,8 @@ class Writer {
  public:
   explicit Writer(fs::path root) : root_(std::move(root)) {}
   void add(const std::string& rel, const std::string& bytes) {
-    fs::path p = root_ / rel;
-    fs::create_directories(p.parent_path());
-    write_file(p, bytes);
+    make_private_dirs(root_, fs::path(rel).parent_path());
+    write_file(root_ / rel, bytes);
     files_[rel] = {{"bytes", bytes.size()}, {"blake2b", checkpoint_file_hash(bytes)}};
   }
   template <class T>
@@ -145,55 +216,97 @@ class Writer {
   json files_ = json::object();
 };
 
-/// Reads files of a verified checkpoint.
+/// A whole number from a JSON value that must be one (128.5 and "128" are refused).
+long integer(const json& v, const std::string& what) {
+  if (!v.is_number_integer()) fail(what + " must be a whole number, got " + printable(v.dump()));
+  return v.get<long>();
+}
+
+/// The name `latest` holds: "step-" and a step, with an optional ".k" suffix.
+std::string read_latest(int root, const fs::path& dir) {
+  std::string name = read_at(root, "latest", 256, dir.string() + "/latest");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  bool ok = name.rfind("step-", 0) == 0 && name.size() > 5;
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.');
+  if (!ok) fail(dir.string() + "/latest does not name a checkpoint ('" + printable(name) + "')");
+  return name;
+}
+
+/// A verified checkpoint: its manifest's MAC under the run's key first, then
+/// every file against the manifest, all read below one open folder.
 class Reader {
  public:
-  explicit Reader(fs::path root) : root_(std::move(root)) {
-    std::string m = read_file(root_ / "manifest.json", std::size_t(64) << 20);
+  /// Opens the checkpoint `latest` names in `dir`. With `key`, the MAC is verified;
+  /// without, only the run id is read (run_id()).
+  Reader(const fs::path& dir, const RunKey* key) : root_fd_(open_root(dir)) {
+    name_ = read_latest(root_fd_.fd, dir);
+    root_ = dir / name_;
+    step_fd_.emplace(open_dir_at(root_fd_.fd, name_, root_.string()));
+    const std::string m = read_at(step_fd_->fd, "manifest.json", std::size_t(64) << 20, root_.string() + "/manifest.json");
     try {
-      manifest_ = json::parse(m);
-    } catch (const json::exception& e) {
-      fail(root_.string() + "/manifest.json is not valid JSON (" + e.what() + ")");
+      manifest_ = parse_json(m, root_.string() + "/manifest.json");
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
     }
     if (!manifest_.is_object() || manifest_.value("format", "") != kFormat)
       fail(root_.string() + "/manifest.json is not a dpgrad checkpoint manifest");
-    if (manifest_.value("version", 0) != kVersion)
-      fail(root_.string() + ": unsupported checkpoint version " + manifest_.value("version", json()).dump());
+    const json version = manifest_.value("version", json());
+    if (version != kCheckpointVersion)
+      fail(root_.string() + ": checkpoint format version " + printable(version.dump()) + "; this dpgrad reads version " +
+           std::to_string(kCheckpointVersion) + (version == 1 ? " (version 1 checkpoints carry no key and cannot be "
+                                                                "verified: start the run again)" : ""));
+    const json id = manifest_.value("run", json());
+    if (!id.is_string() || !valid_run_id(id.get<std::string>()))
+      fail(root_.string() + "/manifest.json names no run id");
+    run_id_ = id.get<std::string>();
+    if (!key) return;
+    if (key->run_id() != run_id_)
+      fail(root_.string() + " belongs to run " + run_id_ + ", not to run " + key->run_id());
+    const std::string mac = read_at(step_fd_->fd, "manifest.mac", 256, root_.string() + "/manifest.mac");
+    std::string trimmed = mac;
+    while (!trimmed.empty() && trimmed.back() == '\n') trimmed.pop_back();
+    if (!key->verify(m, trimmed))
+      fail(root_.string() + "/manifest.json does not match its MAC under run " + run_id_ +
+           "'s key: the checkpoint was modified or forged (docs/checkpoints.md)");
     if (!manifest_.contains("files") || !manifest_["files"].is_object())
       fail(root_.string() + "/manifest.json lists no files");
     for (auto& [rel, info] : manifest_["files"].items()) bytes(rel);  // verify all before touching anything
+    verified_ = true;
   }
+  const std::string& run_id() const { return run_id_; }
+  const fs::path& path() const { return root_; }
   std::string bytes(const std::string& rel) const {
     const json& files = manifest_["files"];
     if (!safe_relative_path(rel))
-      fail(root_.string() + "/manifest.json names '" + rel.substr(0, 200) + "', which is not a path inside the checkpoint");
+      fail(root_.string() + "/manifest.json names '" + printable(rel) + "', which is not a path inside the checkpoint");
     if (!files.contains(rel)) fail(root_.string() + ": " + rel + " is not in the manifest");
-    fs::path p = root_ / rel;
-    std::error_code ec;
-    if (!fs::exists(fs::symlink_status(p, ec))) fail(p.string() + " is missing");
     const json& info = files[rel];
     if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned())
       fail(root_.string() + "/manifest.json gives no size for " + rel);
     const std::size_t expected = info["bytes"].get<std::size_t>();
-    std::string b = read_file(p, expected);  // never reads more than the manifest says
+    const std::string shown = root_.string() + "/" + rel;
+    std::string b = read_at(step_fd_->fd, rel, expected, shown);  // never reads more than the manifest says
     if (b.size() != expected)
-      fail(p.string() + " has " + std::to_string(b.size()) + " bytes; the manifest says " + std::to_string(expected) +
+      fail(shown + " has " + std::to_string(b.size()) + " bytes; the manifest says " + std::to_string(expected) +
            " (truncated or modified)");
     if (checkpoint_file_hash(b) != info.value("blake2b", ""))
-      fail(p.string() + " does not match its hash in the manifest (corrupted or modified)");
+      fail(shown + " does not match its hash in the manifest (corrupted or modified)");
     return b;
   }
   /// The step the manifest names.
-  long step() const {
-    const json& v = manifest_.value("step", json());
-    if (!v.is_number_integer()) fail(root_.string() + "/manifest.json names no step");
-    return v.get<long>();
+  long step() const { return integer(manifest_.value("step", json()), root_.string() + "/manifest.json's step"); }
+  /// The step of the folder `latest` names (step-00000120, or step-00000120.1 for a second save of it).
+  long folder_step() const {
+    const std::string digits = name_.substr(5, name_.find('.') == std::string::npos ? std::string::npos : name_.find('.') - 5);
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+      fail(root_.string() + ": '" + printable(name_) + "' has no step number");
+    return std::stol(digits);
   }
   json json_file(const std::string& rel) const {
     try {
-      return json::parse(bytes(rel));
-    } catch (const json::exception& e) {
-      fail(root_.string() + "/" + rel + " is not valid JSON (" + e.what() + ")");
+      return parse_json(bytes(rel), root_.string() + "/" + rel);
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
     }
   }
   template <class T>
@@ -207,12 +320,19 @@ class Reader {
     if (shape_of(a) != expected)
       fail(root_.string() + "/" + rel + ": " + what + " has shape " + shape_str(shape_of(a)) + ", the model needs " +
            shape_str(expected));
+    for (const T v : a)
+      if (!std::isfinite(v)) fail(root_.string() + "/" + rel + ": " + what + " holds a non-finite value (" +
+                                  std::to_string(double(v)) + ")");
     return a;
   }
 
  private:
+  Fd root_fd_;
+  std::optional<Fd> step_fd_;
+  std::string name_, run_id_;
   fs::path root_;
   json manifest_;
+  bool verified_ = false;
 };
 
 }  // namespace
@@ -232,48 +352,44 @@ std::string checkpoint_file_hash(const std::string& bytes) {
 
 CheckpointDir::CheckpointDir(fs::path dir, int keep) : dir_(std::move(dir)), keep_(keep < 1 ? 1 : keep) {}
 
-bool CheckpointDir::has_checkpoint() const { return fs::exists(dir_ / "latest"); }
-
-fs::path CheckpointDir::latest_dir() const {
-  if (!has_checkpoint()) fail("no checkpoint in " + dir_.string() + " (no 'latest' file)");
-  std::string name = read_file(dir_ / "latest", 256);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
-    fail(dir_.string() + "/latest does not name a checkpoint ('" + name.substr(0, 80) + "')");
-  fs::path p = dir_ / name;
-  if (!fs::is_directory(p)) fail(dir_.string() + "/latest names " + name + ", which does not exist");
-  return p;
+bool CheckpointDir::has_checkpoint() const {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(dir_ / "latest", ec));
 }
 
 long CheckpointDir::latest_step() const {
-  std::string name = latest_dir().filename().string();
-  try {
-    return std::stol(name.substr(5));
-  } catch (const std::exception&) {
-    fail(dir_.string() + "/latest names '" + name + "', which has no step number");
-  }
+  if (!has_checkpoint()) fail("no checkpoint in " + dir_.string() + " (no 'latest' file)");
+  return Reader(dir_, nullptr).folder_step();
 }
 
-json CheckpointDir::read_extra() const {
-  const fs::path root = latest_dir();
-  Reader r(root);
+std::string CheckpointDir::run_id() const {
+  if (!has_checkpoint()) fail("no checkpoint in " + dir_.string() + " (no 'latest' file)");
+  return Reader(dir_, nullptr).run_id();
+}
+
+json CheckpointDir::read_extra(const RunKey& key) const {
+  if (!has_checkpoint()) fail("no checkpoint in " + dir_.string() + " (no 'latest' file)");
+  Reader r(dir_, &key);
   const json s = r.json_file("state.json");
-  if (!s.is_object()) fail(root.string() + "/state.json is not a JSON object");
+  const std::string where = r.path().string() + "/state.json";
+  if (!s.is_object()) fail(where + " is not a JSON object");
   if (!s.contains("extra")) return json::object();
-  if (!s["extra"].is_object()) fail(root.string() + "/state.json: its 'extra' is not a JSON object");
+  if (!s["extra"].is_object()) fail(where + ": its 'extra' is not a JSON object");
   return s["extra"];
 }
 
+json CheckpointDir::read_extra() const { return read_extra(*RunKey::peek(run_id())); }
+
 template <class T>
-fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json& extra) const {
+fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json& extra, RunKey& run_key) const {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) fail("cannot create " + dir_.string() + ": " + ec.message());
+  if (step < 0) fail("cannot save step " + std::to_string(step));
   const std::string name = step_name(step);
   fs::path tmp = dir_ / (".partial-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) fail("cannot create " + tmp.string() + ": " + ec.message());
+  if (::mkdir(tmp.c_str(), 0700) != 0) fail("cannot create " + tmp.string() + ": " + std::strerror(errno));
 
   Writer w(tmp);
   json state = {{"step", step}, {"extra", extra}};
@@ -318,8 +434,12 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
   state["generators"] = gens;
   if (st.accountant) state["accountant"] = st.accountant->to_json();
   w.add("state.json", state.dump(1));
-  write_file(tmp / "manifest.json",
-             json{{"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", w.files()}}.dump(1));
+  const std::string manifest = json{{"format", kFormat}, {"version", kCheckpointVersion}, {"run", run_key.run_id()},
+                                    {"step", step}, {"files", w.files()}}
+                                   .dump(1);
+  write_file(tmp / "manifest.json", manifest);
+  write_file(tmp / "manifest.mac", run_key.mac(manifest) + "\n");
+  make_private_dirs(tmp, "params");  // a model without parameters still has the folder
   fsync_path(tmp / "params", true);
   if (optimizer_files) fsync_path(tmp / "optimizer", true);  // plain SGD has no buffers, so no folder
   if (!st.arrays.empty()) fsync_path(tmp / "arrays", true);
@@ -345,22 +465,29 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
   std::sort(steps.begin(), steps.end());
   for (std::size_t i = 0; i + std::size_t(keep_) < steps.size(); ++i)
     if (steps[i] != final_dir) fs::remove_all(steps[i], ec);
+  // only now, with `latest` naming it: a high-water mark never runs ahead of the checkpoints
+  run_key.record_saved(step, st.accountant ? st.accountant->total_steps() : 0);
   return final_dir;
 }
 
 template <class T>
-long CheckpointDir::load(TrainingStateT<T>& st) const {
-  fs::path root = latest_dir();
-  Reader r(root);
+long CheckpointDir::load(TrainingStateT<T>& st, const RunKey& run_key) const {
+  if (!has_checkpoint()) fail("no checkpoint in " + dir_.string() + " (no 'latest' file)");
+  Reader r(dir_, &run_key);
   json s = r.json_file("state.json");
-  const std::string where = root.string() + "/state.json";
+  const std::string where = r.path().string() + "/state.json";
   try {
     // ---- read and check everything first
-    const long step = s.at("step").get<long>();
+    if (!s.is_object()) fail(where + " is not a JSON object");
+    const long step = integer(s.value("step", json()), where + "'s step");
     if (step < 0) fail(where + ": step " + std::to_string(step) + " is negative");
-    if (step != r.step() || step != latest_step())
+    if (step != r.step() || step != r.folder_step())
       fail(where + ": step " + std::to_string(step) + " does not match the manifest's " + std::to_string(r.step()) +
-           " and the folder's " + std::to_string(latest_step()));
+           " and the folder's " + std::to_string(r.folder_step()));
+    if (step < run_key.saved_step())
+      fail(r.path().string() + " is step " + std::to_string(step) + ", but run " + run_key.run_id() + " has saved step " +
+           std::to_string(run_key.saved_step()) + ": this is an older copy or a rewound checkpoint, whose later steps "
+           "were already released; resume from the run's latest checkpoint (docs/checkpoints.md)");
     if (!s.contains("params") || !s["params"].is_array()) fail(where + " has no parameter list");
     const json& plist = s["params"];
     if (plist.size() != st.params.size())
@@ -383,7 +510,7 @@ long CheckpointDir::load(TrainingStateT<T>& st) const {
       if (o.at("name").get<std::string>() != st.optimizer->name())
         fail(where + ": optimizer was '" + o.at("name").get<std::string>() + "', this run uses '" +
              st.optimizer->name() + "'");
-      opt_steps = o.at("steps").get<long>();
+      opt_steps = integer(o.at("steps"), where + "'s optimizer steps");
       auto expected = st.optimizer->state();
       if (o.at("buffers").size() != expected.size())
         fail(where + ": optimizer state has " + std::to_string(o.at("buffers").size()) + " buffers, expected " +
@@ -423,6 +550,10 @@ long CheckpointDir::load(TrainingStateT<T>& st) const {
       acc = privacy::accountant_from_json(s["accountant"]);
       if (acc->name() != st.accountant->name())
         fail(where + ": the ledger is for the " + acc->name() + " accountant, this run uses " + st.accountant->name());
+      if (acc->total_steps() < run_key.saved_ledger())
+        fail(where + ": the ledger holds " + std::to_string(acc->total_steps()) + " steps, but run " +
+             run_key.run_id() + " has saved a ledger of " + std::to_string(run_key.saved_ledger()) +
+             " (an older or edited checkpoint)");
     }
 
     // ---- then restore (generators and sampler validate their own state)
@@ -466,9 +597,9 @@ CheckpointLock::~CheckpointLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
-template fs::path CheckpointDir::save(long, const TrainingStateT<float>&, const json&) const;
-template fs::path CheckpointDir::save(long, const TrainingStateT<double>&, const json&) const;
-template long CheckpointDir::load(TrainingStateT<float>&) const;
-template long CheckpointDir::load(TrainingStateT<double>&) const;
+template fs::path CheckpointDir::save(long, const TrainingStateT<float>&, const json&, RunKey&) const;
+template fs::path CheckpointDir::save(long, const TrainingStateT<double>&, const json&, RunKey&) const;
+template long CheckpointDir::load(TrainingStateT<float>&, const RunKey&) const;
+template long CheckpointDir::load(TrainingStateT<double>&, const RunKey&) const;
 
 }  // namespace dpgrad

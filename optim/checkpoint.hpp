@@ -5,11 +5,15 @@
 // Layout of a checkpoint directory:
 //   DIR/latest              name of the newest complete checkpoint ("step-00000120")
 //   DIR/step-00000120/      params/*.npy, optimizer/*.npy, state.json, manifest.json
+//   DIR/step-00000120/manifest.mac   the MAC of manifest.json under the run's key
 // A checkpoint is written into a hidden temporary directory, every file is
-// flushed to disk, manifest.json (sizes and BLAKE2b hashes of all files) is
-// written last, the directory is renamed into place and only then `latest` is
-// replaced (temp file + rename). A process killed at any moment leaves `latest`
-// naming a complete checkpoint, or no `latest` at all.
+// flushed to disk, manifest.json (the run's id, the step, sizes and BLAKE2b
+// hashes of all files) and its MAC are written last, the directory is renamed
+// into place and only then `latest` is replaced (temp file + rename); then the
+// run's high-water mark in the key store moves up (optim/checkpoint_key.hpp).
+// A process killed at any moment leaves `latest` naming a complete checkpoint,
+// or no `latest` at all. Files are written with mode 0600, folders 0700, and
+// read without following a symbolic link anywhere below DIR.
 #pragma once
 
 #include <filesystem>
@@ -21,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tensor.hpp"
+#include "optim/checkpoint_key.hpp"
 
 namespace dpgrad {
 
@@ -32,11 +37,6 @@ namespace privacy {
 class Accountant;
 }
 
-/// A missing, incomplete, corrupted or mismatched checkpoint.
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 /// The pieces of a run a checkpoint saves and restores. Pointers may be null
 /// (nothing saved for them); on load the same pieces must be present.
@@ -54,6 +54,9 @@ struct TrainingStateT {
 /// (libsodium), in lower-case hex.
 std::string checkpoint_file_hash(const std::string& bytes);
 
+/// The version of the checkpoint format this build writes and reads (2: keyed).
+inline constexpr int kCheckpointVersion = 2;
+
 class CheckpointDir {
  public:
   explicit CheckpointDir(std::filesystem::path dir, int keep = 1);
@@ -64,23 +67,33 @@ class CheckpointDir {
   /// The step of the latest checkpoint; throws CheckpointError when there is none.
   long latest_step() const;
 
-  /// Writes the checkpoint of `step` atomically and removes older ones beyond
-  /// `keep`. `extra` is stored verbatim (options, history, counters).
-  template <class T>
-  std::filesystem::path save(long step, const TrainingStateT<T>& state, const nlohmann::json& extra) const;
+  /// The id of the run that wrote the latest checkpoint, as its manifest says
+  /// (not yet verified: it names the key that verifies the rest).
+  std::string run_id() const;
 
-  /// The `extra` JSON of the latest checkpoint, after verifying every file.
+  /// Writes the checkpoint of `step` atomically, authenticated with `key`, and
+  /// removes older ones beyond `keep`; then raises the key's high-water mark to
+  /// `step` (and the accountant's ledger). `extra` is stored verbatim (options,
+  /// history, counters).
+  template <class T>
+  std::filesystem::path save(long step, const TrainingStateT<T>& state, const nlohmann::json& extra, RunKey& key) const;
+
+  /// The `extra` JSON of the latest checkpoint, after verifying its MAC with
+  /// `key` and every file against the manifest.
+  nlohmann::json read_extra(const RunKey& key) const;
+  /// The same with the run's key from the default key store (read, not locked).
   nlohmann::json read_extra() const;
 
-  /// Verifies the latest checkpoint and restores it into `state` (parameters,
+  /// Verifies the latest checkpoint with `key` (its MAC, every file, and that its
+  /// step and ledger are not below the key's high-water mark: an older copy's
+  /// steps were already released) and restores it into `state` (parameters,
   /// optimizer, sampler, generators, accountant ledger); returns its step.
   /// Throws CheckpointError naming the file and the problem; `state` is left
-  /// untouched unless every piece verified and matched.
+  /// untouched unless every piece verified and matched. Non-finite values are refused.
   template <class T>
-  long load(TrainingStateT<T>& state) const;
+  long load(TrainingStateT<T>& state, const RunKey& key) const;
 
  private:
-  std::filesystem::path latest_dir() const;
   std::filesystem::path dir_;
   int keep_;
 };

@@ -36,6 +36,9 @@ class OptimizerT {
   long steps() const { return t_; }
   const std::vector<TensorT<T>>& params() const { return params_; }
 
+  /// The optimizer's own settings beyond lr (momentum, betas, weight decay...):
+  /// what data-parallel ranks and a resumed run must agree on.
+  virtual std::map<std::string, double> settings() const { return {}; }
   /// Everything a checkpoint needs to resume: named buffers and the step count.
   virtual std::map<std::string, ArrayT<T>> state() const { return {}; }
   virtual void load_state(const std::map<std::string, ArrayT<T>>& s, long steps);
@@ -56,6 +59,9 @@ class SgdT final : public OptimizerT<T> {
  public:
   SgdT(std::vector<TensorT<T>> params, double lr, double momentum = 0.0, double weight_decay = 0.0);
   std::string name() const override { return momentum_ > 0 ? "momentum" : "sgd"; }
+  std::map<std::string, double> settings() const override {
+    return {{"momentum", momentum_}, {"weight_decay", weight_decay_}};
+  }
   std::map<std::string, ArrayT<T>> state() const override;
   void load_state(const std::map<std::string, ArrayT<T>>& s, long steps) override;
 
@@ -72,6 +78,10 @@ class AdamT final : public OptimizerT<T> {
   AdamT(std::vector<TensorT<T>> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
         double eps = 1e-8, double weight_decay = 0.0);
   std::string name() const override { return noise_variance_ > 0 ? "adambc" : "adam"; }
+  std::map<std::string, double> settings() const override {
+    return {{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", weight_decay_},
+            {"noise_variance", noise_variance_}, {"noise_floor", floor_}};
+  }
   std::map<std::string, ArrayT<T>> state() const override;
   void load_state(const std::map<std::string, ArrayT<T>>& s, long steps) override;
   /// DP-AdamBC (Tang, Shpilevskiy & Lecuyer, AAAI 2024): the gradients this

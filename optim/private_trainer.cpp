@@ -3,15 +3,19 @@
 #include "optim/private_trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <span>
 #include <utility>
 
+#include <sodium.h>
+
 #include "engine/communicator.hpp"
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
+#include "optim/check_per_sample.hpp"
 #include "optim/checkpoint.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
@@ -57,14 +61,13 @@ void require(bool ok, const std::string& message) {
 
 std::string num(double x) { return privacy::format_number(x, 6); }
 
-/// 1/N rounded down to a power of ten, and strictly below 1/N.
-double default_delta(std::size_t n) {
-  double d = std::pow(10.0, std::floor(std::log10(1.0 / double(n))));
-  if (d * double(n) >= 1) d /= 10;
+}  // namespace
+
+double default_delta_for(std::size_t n) {
+  double d = 1;
+  while (d * double(n) > 0.6 * (1 + 1e-9)) d /= 10;
   return d;
 }
-
-}  // namespace
 
 template <class T>
 PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, const BatchT<T>& train,
@@ -72,6 +75,8 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
     : model_(model), optimizer_(optimizer), train_(train), config_(std::move(config)), base_lr_(optimizer.lr()) {
   const auto& c = config_;
   const bool dp = !c.non_private;
+  // ---- data-parallel runs: every rank the same run, before anything a rank could refuse or wait for
+  if (c.communicator) require_same_settings_on_all_ranks(*c.communicator, settings().dump(), "runs");
   // ---- settings that need no data
   require(c.epochs > 0 && std::isfinite(c.epochs), "epochs must be > 0 and finite, got " + num(c.epochs));
   require(c.max_steps >= 0, "max_steps must be >= 0 (0: no limit), got " + std::to_string(c.max_steps));
@@ -116,25 +121,27 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
               : c.clipping ? c.clipping
                            : clipping::ghost<T>();
   require(!dp || strategy_->is_private(), "the clipping strategy " + strategy_->name() + " is not private");
+  if (dp) run_self_check();
 
   nlohmann::json resumed_run;
   if (resume_from) {
-    resumed_extra_ = CheckpointDir(*resume_from).read_extra();
-    if (resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object()) {
-      resumed_run = resumed_extra_["trainer"];
-    } else {  // dpgrad-train's checkpoints from before the trainer kept these at the top
-      require(resumed_extra_.contains("noise_multiplier") && resumed_extra_.contains("total_steps"),
-              "the checkpoint in " + resume_from->string() + " does not record its run's noise and length");
-      resumed_run = {{"noise_multiplier", resumed_extra_["noise_multiplier"]},
-                     {"total_steps", resumed_extra_["total_steps"]},
-                     {"ema_updates", resumed_extra_.value("ema_updates", 0L)}};
-    }
+    open_run_key(*resume_from);
+    resumed_extra_ = CheckpointDir(*resume_from).read_extra(*run_key_);
+    require(resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object(),
+            "the checkpoint in " + resume_from->string() + " does not record its run's noise and length");
+    resumed_run = resumed_extra_["trainer"];
   }
 
   if (dp) {
-    delta_ = c.delta.value_or(default_delta(n));
-    require(delta_ * double(n) < 1 || c.delta,
-            "the default delta would be 1/N or more for N = " + std::to_string(n) + "; give a delta");
+    delta_ = c.delta.value_or(default_delta_for(n));
+    if (delta_ * double(n) >= 1) {
+      const std::string what = "delta " + num(delta_) + " is at least 1/N for N = " + std::to_string(n) +
+                               " records: (epsilon, delta)-DP then allows releasing a record in full with "
+                               "probability delta, so that about delta N >= 1 records may be published exactly";
+      require(c.allow_large_delta, what + "; use a delta below 1/N (the default keeps delta N <= 0.6), or set "
+                                          "allow_large_delta to insist");
+      warnings_.push_back(what);
+    }
     accountant_name_ = c.accounting == Accounting::automatic ? privacy::default_accountant(sampler_->name())
                                                               : to_string(c.accounting);
     privacy::AccountantOptions aopts;
@@ -167,7 +174,10 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
       for (const PriorRelease& r : c.released_before) prior_draws_ += r.draws;
     }
     if (!resume_from) add_prior_releases(*accountant_);  // a checkpoint's ledger holds them already
-    if (resume_from) {  // the run's own sigma and length, never recalibrated
+    if (resume_from) {  // the run's own sigma and length, never recalibrated (the checkpoint's MAC vouches for them)
+      require(resumed_run.value("noise_multiplier", nlohmann::json()).is_number() &&
+                  resumed_run.value("total_steps", nlohmann::json()).is_number_integer(),
+              "the checkpoint's noise multiplier or length is not valid");
       sigma_ = resumed_run.at("noise_multiplier").get<double>();
       total_steps_ = resumed_run.at("total_steps").get<long>();
       calibrated_ = resumed_run.value("calibrated", false);
@@ -238,7 +248,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
 
   if (resume_from) {
     TrainingStateT<T> state = training_state();
-    steps_ = CheckpointDir(*resume_from).load(state);
+    steps_ = CheckpointDir(*resume_from).load(state, *run_key_);
     require(steps_ >= 0 && steps_ <= total_steps_, "the checkpoint's step " + std::to_string(steps_) +
                                                        " is outside the run's " + std::to_string(total_steps_));
     if (accountant_ && adds_noise()) {
@@ -267,6 +277,108 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
       share_generator(*c.communicator, *noise_rng_);
     }
   }
+  if (c.communicator)  // what followed from the settings and the data: the same on every rank, or refused
+    require_same_settings_on_all_ranks(
+        *c.communicator,
+        nlohmann::json{{"dataset_size", n}, {"sampling_rate", sampler_->sampling_rate()},
+                       {"total_steps", total_steps_}, {"noise_multiplier", sigma_}, {"delta", delta_},
+                       {"accountant", accountant_name_}, {"steps_done", steps_},
+                       {"ledger", accountant_ ? accountant_->to_json() : nlohmann::json()}}
+            .dump(),
+        "derived run settings");
+}
+
+template <class T>
+nlohmann::json PrivateTrainerT<T>::settings() const {
+  const auto& c = config_;
+  auto optional = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+  nlohmann::json releases = nlohmann::json::array();
+  for (const PriorRelease& r : c.released_before) releases.push_back({r.noise_multiplier, r.draws});
+  nlohmann::json params = nlohmann::json::array();
+  crypto_generichash_state h;
+  crypto_generichash_init(&h, nullptr, 0, 32);
+  for (const auto& p : model_.parameters()) {
+    params.push_back({p.name(), shape_of(p.value())});
+    crypto_generichash_update(&h, reinterpret_cast<const unsigned char*>(p.value().data()), p.value().size() * sizeof(T));
+  }
+  unsigned char digest[32];
+  crypto_generichash_final(&h, digest, sizeof digest);
+  std::string hex;
+  for (unsigned char b : digest) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+  nlohmann::json scales = nlohmann::json::array();
+  for (std::size_t i = 0; i < optimizer_.params().size(); ++i) scales.push_back(optimizer_.lr_scale(i));
+  nlohmann::json optimizer = {{"name", optimizer_.name()}, {"lr", base_lr_}, {"lr_scales", scales}};
+  for (const auto& [k, v] : optimizer_.settings()) optimizer[k] = v;
+  return {{"private", !c.non_private},
+          {"clip_norm", c.clip_norm},
+          {"target_epsilon", optional(c.target_epsilon)},
+          {"noise_multiplier", optional(c.noise_multiplier)},
+          {"delta", optional(c.delta)},
+          {"allow_no_noise", c.allow_no_noise},
+          {"allow_large_delta", c.allow_large_delta},
+          {"epochs", c.epochs},
+          {"max_steps", c.max_steps},
+          {"batch_size", c.batch_size},
+          {"sampler", to_string(c.sampling)},
+          {"epoch_fraction", c.epoch_fraction},
+          {"clip_strategy", c.clipping ? c.clipping->name() : std::string("ghost")},
+          {"accountant", to_string(c.accounting)},
+          {"sat_rho", c.sat_rho},
+          {"released_before", releases},
+          {"ema", c.ema},
+          {"lr_final", c.lr_final},
+          {"transform", bool(c.transform)},
+          {"reproducible_noise", c.reproducible_noise},
+          {"seed", c.reproducible_noise ? nlohmann::json(c.seed) : nlohmann::json()},
+          {"model", {{"name", model_.name()}, {"parameters", params}, {"values", hex}}},
+          {"optimizer", optimizer}};
+}
+
+template <class T>
+void PrivateTrainerT<T>::run_self_check() {
+  const auto start = std::chrono::steady_clock::now();
+  std::string failure;
+  try {
+    structural_self_check(model_, *strategy_, train_, config_.transform);
+  } catch (const std::invalid_argument& e) {
+    failure = e.what();
+  }
+  if (config_.communicator) require_on_all_ranks(*config_.communicator, failure.empty(), failure);
+  require(failure.empty(), failure);
+  self_check_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <class T>
+BatchT<T> PrivateTrainerT<T>::transform_each(const BatchT<T>& batch, long step) const {
+  std::vector<BatchT<T>> records;
+  records.reserve(batch.examples());
+  for (std::size_t i = 0; i < batch.examples(); ++i) records.push_back(config_.transform(batch.select({i}), step));
+  if (records.empty()) return config_.transform(batch, step);  // an empty batch keeps the transform's layout
+  return concat_batches(records);
+}
+
+template <class T>
+void PrivateTrainerT<T>::open_run_key(const std::filesystem::path& dir) {
+  const std::filesystem::path store = config_.key_store.empty() ? default_key_store() : config_.key_store;
+  if (!config_.communicator) {
+    run_key_ = RunKey::open(CheckpointDir(dir).run_id(), store);
+    return;
+  }
+  // rank 0 holds the run's key (and its lock) and sends it to the others, which only verify with it
+  Communicator& comm = *config_.communicator;
+  std::string error, id;
+  try {
+    id = CheckpointDir(dir).run_id();
+    if (comm.rank() == 0) run_key_ = RunKey::open(id, store);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  require_on_all_ranks(comm, error.empty(), error);
+  require_same_settings_on_all_ranks(comm, nlohmann::json{{"checkpoint_run", id}}.dump(), "checkpoints");
+  const std::string key = broadcast_string(comm, comm.rank() == 0 ? run_key_->key_bytes() : std::string());
+  double marks[2] = {run_key_ ? double(run_key_->saved_step()) : 0.0, run_key_ ? double(run_key_->saved_ledger()) : 0.0};
+  comm.broadcast(marks, sizeof marks, 0);
+  if (comm.rank() != 0) run_key_ = RunKey::borrowed(id, key, long(marks[0]), long(marks[1]));
 }
 
 template <class T>
@@ -403,7 +515,7 @@ StepStats PrivateTrainerT<T>::step() {
   if (config_.lr_final >= 0) optimizer_.set_lr(cosine_lr(base_lr_, config_.lr_final, steps_, total_steps_));
   const std::vector<std::size_t> drawn = sampler_->next(*sample_rng_);  // positions in the whole set
   BatchT<T> batch = train_.select(config_.communicator ? local_rows(drawn) : drawn);
-  if (config_.transform) batch = config_.transform(batch, steps_);
+  if (config_.transform) batch = transform_each(batch, steps_);
   StepStats st = dp_->step(batch);
   if (average_) average_->update();
   ++steps_;
@@ -508,15 +620,19 @@ TrainingStateT<T> PrivateTrainerT<T>::training_state() const {
 }
 
 template <class T>
-void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json extra) const {
+void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json extra) {
   const TrainingStateT<T> state = training_state();
   if (!extra.is_object()) throw std::invalid_argument("PrivateTrainer::save: extra must be a JSON object");
   extra["trainer"] = {{"noise_multiplier", sigma_}, {"total_steps", total_steps_}, {"calibrated", calibrated_},
                       {"ema_updates", average_ ? average_->updates() : 0L}, {"private", is_private()},
                       {"processes", processes()}};
   if (dp_->noise_reproducible()) extra["trainer"]["privacy_note"] = kNotPrivateReproducible;
+  auto key = [&]() -> RunKey& {
+    if (!run_key_) run_key_ = RunKey::create(config_.key_store.empty() ? default_key_store() : config_.key_store);
+    return *run_key_;
+  };
   if (!config_.communicator) {
-    CheckpointDir(dir).save(steps_, state, extra);
+    CheckpointDir(dir).save(steps_, state, extra, key());
     return;
   }
   // one checkpoint, by rank 0: every rank holds the same parameters, optimizer,
@@ -527,7 +643,7 @@ void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json e
   std::string error;
   if (comm.rank() == 0) {
     try {
-      CheckpointDir(dir).save(steps_, state, extra);
+      CheckpointDir(dir).save(steps_, state, extra, key());
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -64,13 +64,18 @@ struct PriorRelease {
   bool operator==(const PriorRelease&) const = default;
 };
 
+/// The default delta of a run on n records: the largest power of ten with
+/// delta n <= 0.6 (Fashion-MNIST's 60,000 records: 1e-5; 999 records: 1e-4).
+double default_delta_for(std::size_t n);
+
 template <class T>
 struct PrivateTrainingConfigT {
   // ---- privacy
   double clip_norm = 1.0;                 // C
   std::optional<double> target_epsilon;   // calibrate sigma to spend this over the run...
   std::optional<double> noise_multiplier; // ...or use this sigma (with target_epsilon too: stop before exceeding it)
-  std::optional<double> delta;            // default: 1/N rounded down to a power of ten, below 1/N
+  std::optional<double> delta;            // default: the largest power of ten with delta N <= 0.6
+  bool allow_large_delta = false;         // delta >= 1/N is refused unless this says so (then warnings() says why)
   bool allow_no_noise = false;            // noise_multiplier 0 is refused unless this says so (NOT private)
   // ---- length and batches
   double epochs = 1;                      // an epoch is N / L steps
@@ -90,8 +95,11 @@ struct PrivateTrainingConfigT {
   // ---- post-processing of the released iterates (no privacy cost)
   double ema = 0;                         // evaluate an exponential moving average of the parameters (0: off)
   double lr_final = -1;                   // >= 0: cosine learning rate from the optimizer's down to this
-  /// Applied to each sampled batch before the step (augmentation); `step` counts from 0.
-  std::function<BatchT<T>(const BatchT<T>& batch, long step)> transform;
+  /// Applied to each record of a sampled batch on its own (a batch of one
+  /// example) before the step: augmentation, say. Its output may hold several
+  /// views of the record; `step` counts from 0. It never sees two records at once,
+  /// so it cannot mix them.
+  std::function<BatchT<T>(const BatchT<T>& record, long step)> transform;
   // ---- randomness
   bool reproducible_noise = false;        // seeded noise, sampling and directions: NOT private (tests, studies)
   std::uint64_t seed = 0;                 // their seed when reproducible_noise
@@ -106,6 +114,9 @@ struct PrivateTrainingConfigT {
   /// in the same order (step, save, evaluate_sharded). Null: one process.
   std::shared_ptr<Communicator> communicator;
   std::vector<std::size_t> positions;
+  // ---- checkpoints (docs/checkpoints.md)
+  /// The per-user store of the keys that authenticate checkpoints (empty: default_key_store()).
+  std::filesystem::path key_store;
   // ---- not private at all: plain training (no clipping, no noise, shuffled epochs from `seed`)
   bool non_private = false;
 };
@@ -144,6 +155,13 @@ class PrivateTrainerT {
   /// The epoch the next step belongs to, from 1.
   long epoch() const { return steps_ / steps_per_epoch() + 1; }
 
+  /// What defines this run, before any data is read: the config's privacy,
+  /// length and sampling settings, the clipping strategy, the model (its name,
+  /// parameter names and shapes, and a hash of their values) and the optimizer
+  /// (name, lr, per-parameter scales and its own settings). The ranks of a
+  /// data-parallel run must agree on all of it (checked before anything else).
+  nlohmann::json settings() const;
+
   // ---- privacy
   /// The run's epsilon so far at delta(): the accountant's, with the noise grid's
   /// slack; +infinity without noise or when nothing is proven. Never below the truth.
@@ -153,6 +171,10 @@ class PrivateTrainerT {
   double delta() const { return delta_; }
   double noise_multiplier() const { return sigma_; }
   bool calibrated() const { return calibrated_; }
+  /// What a run's output must say about settings it was asked to accept (a delta of 1/N or more).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  /// Seconds the structural self-check took (structural_self_check, before any step).
+  double self_check_seconds() const { return self_check_seconds_; }
   /// Steps cut to stay within target_epsilon at the given noise multiplier (0: none cut).
   long steps_cut_for_budget() const { return cut_; }
   double sampling_rate() const;
@@ -180,9 +202,11 @@ class PrivateTrainerT {
   ArrayT<T> predict(const BatchT<T>& data, std::size_t chunk = 500);
 
   // ---- checkpoints
-  /// Writes the run's state to `dir` (atomically; CheckpointDir). `extra` is stored
-  /// beside it (a program's history, say) and comes back from resumed_extra().
-  void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object()) const;
+  /// Writes the run's state to `dir` (atomically; CheckpointDir), authenticated
+  /// with the run's key: created in config.key_store by the first save of a new
+  /// run, the resumed run's otherwise. `extra` is stored beside it (a program's
+  /// history, say) and comes back from resumed_extra().
+  void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object());
   /// The extra JSON of the checkpoint this run resumed from (null when it did not).
   const nlohmann::json& resumed_extra() const { return resumed_extra_; }
 
@@ -194,6 +218,13 @@ class PrivateTrainerT {
   /// Data-parallel runs: the rows of train_ (this rank's shard) of records at
   /// positions `global` in the whole set, which must be this rank's.
   std::vector<std::size_t> local_rows(const std::vector<std::size_t>& global) const;
+  /// The key of the run checkpointed in `dir`: opened and locked on rank 0 (or
+  /// the one process), received by the other ranks.
+  void open_run_key(const std::filesystem::path& dir);
+  /// structural_self_check of the model and strategy on synthetic records, on every rank.
+  void run_self_check();
+  /// config.transform applied to each example of `batch` alone, the results joined.
+  BatchT<T> transform_each(const BatchT<T>& batch, long step) const;
   /// Data-parallel runs: checks that the shards' ids cover 0..N-1 once; returns N.
   std::size_t index_shard();
   /// What a checkpoint holds of the run (pointers into this trainer and the model).
@@ -215,13 +246,15 @@ class PrivateTrainerT {
   std::unique_ptr<Rng> noise_rng_, aux_rng_, sample_rng_;
   std::unique_ptr<DPOptimizerT<T>> dp_;
   std::unique_ptr<ParameterAverageT<T>> average_;
-  double sigma_ = 0, delta_ = 0;
+  double sigma_ = 0, delta_ = 0, self_check_seconds_ = 0;
   bool calibrated_ = false;
   long steps_ = 0, total_steps_ = 0, cut_ = 0;
   double prior_draws_ = 0;                 // noised values released before training
   std::vector<privacy::Step> prior_ledger_;  // the ledger's first entries: those releases
   long prior_steps_ = 0;
   nlohmann::json resumed_extra_;
+  std::unique_ptr<RunKey> run_key_;  // created by the first save, or opened to resume
+  std::vector<std::string> warnings_;
   std::vector<std::pair<std::int64_t, std::size_t>> shard_;  // (record position, row), sorted: data-parallel runs
 };
 
@@ -238,7 +271,8 @@ std::shared_ptr<ClipStrategyT<T>> ghost();
 /// K random projections per example (DP-SGD-JL); `chunk` directions per pass (0: automatic).
 template <class T = float>
 std::shared_ptr<ClipStrategyT<T>> jl(int k, int chunk = 0);
-/// M microbatches per expected batch of `expected_batch` examples.
+/// Microbatches of M examples each (TF Privacy's microbatches): ceil(expected_batch / M)
+/// microbatches a step, each clipped as one contribution (sensitivity 2C).
 template <class T = float>
 std::shared_ptr<ClipStrategyT<T>> microbatch(int m, double expected_batch);
 }  // namespace clipping

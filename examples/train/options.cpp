@@ -85,6 +85,7 @@ void check_train_options(Options& o) {
           fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
   require(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
           fmt::format("--momentum must be in [0, 1), got {}", o.momentum));
+  require(!o.allow_large_delta || (dp && o.delta), "--allow-large-delta goes with a --delta of a private run");
   require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
   require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
   require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
@@ -160,7 +161,11 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   app.add_option("--clip-norm", o.clip_norm, "per-sample clipping norm C")->capture_default_str();
   app.add_option("--noise-multiplier", o.noise_multiplier, "sigma: noise std / C");
   app.add_option("--target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)");
-  app.add_option("--delta", o.delta, "delta (default: 1/N rounded down to a power of ten)");
+  app.add_option("--delta", o.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 "
+                 "records); 1/N or more only with --allow-large-delta");
+  app.add_flag("--allow-large-delta", o.allow_large_delta,
+               "accept a --delta of 1/N or more, which allows publishing about delta N records in full (a warning "
+               "says so)");
   app.add_option("--accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)");
   app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
   app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
@@ -213,10 +218,7 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   return r;
 }
 
-json restore_run_options(Options& o, const std::set<std::string>& given) {
-  json resumed;
-  require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
-  resumed = CheckpointDir(o.checkpoint_dir).read_extra();
+json restore_run_options(Options& o, const std::set<std::string>& given, json resumed) {
   require(resumed.contains("options") && resumed["options"].is_object(),
           "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
   json& stored = resumed["options"];

@@ -36,6 +36,7 @@ struct Options {
   std::optional<double> noise_multiplier, target_epsilon, delta;
   double epoch_fraction = 1.0;
   bool reproducible_noise = false, json_out = false, demo = false, allow_no_noise = false, layer_snr = false;
+  bool allow_large_delta = false;  // accept a delta of 1/N or more (warned)
   bool report_train_loss = false;  // private runs: show the un-noised training loss (not covered by epsilon)
   std::uint64_t seed = 42;
   long max_steps = 0;
@@ -93,6 +94,7 @@ void for_each_run_option(O& o, F&& f) {
   f("reproducible-noise", o.reproducible_noise);
   f("report-train-loss", o.report_train_loss);
   f("allow-no-noise", o.allow_no_noise);
+  f("allow-large-delta", o.allow_large_delta);
   f("seed", o.seed);
   f("train-limit", o.train_limit);
   f("test-limit", o.test_limit);
@@ -143,9 +145,9 @@ ParsedOptions parse_train_options(int argc, const char* const* argv);
 /// learning rate); throws std::invalid_argument naming the problem.
 void check_train_options(Options& o);
 
-/// --resume: reads the checkpoint's extra JSON, checks that no given flag
-/// contradicts the stored run, and takes the stored options. Throws
-/// std::invalid_argument naming the problem.
-json restore_run_options(Options& o, const std::set<std::string>& given);
+/// --resume: from the checkpoint's extra JSON `resumed` (read and verified by the
+/// caller), checks that no given flag contradicts the stored run, and takes the
+/// stored options. Throws std::invalid_argument naming the problem.
+json restore_run_options(Options& o, const std::set<std::string>& given, json resumed);
 
 }  // namespace dpgrad::train

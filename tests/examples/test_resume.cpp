@@ -21,6 +21,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "optim/checkpoint.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -260,9 +261,26 @@ TEST_CASE("dpgrad-train: checkpoint misuse is refused with a message and status 
   auto [c4, t4] = status_and_text({"--resume", "--checkpoint-dir", (tmp.path / "empty").string()});
   CHECK(c4 == 2);
   CHECK(t4.find("no checkpoint") != std::string::npos);
-  // a corrupted parameter file is named
   std::string latest = slurp(dir / "latest");
   latest.erase(latest.find_last_not_of("\n") + 1);
+  // a forged ledger, the manifest's hashes recomputed (as anyone can): its MAC no longer matches
+  {
+    const fs::path root = dir / latest;
+    const std::string state = slurp(root / "state.json"), manifest = slurp(root / "manifest.json");
+    nlohmann::json st = nlohmann::json::parse(state), m = nlohmann::json::parse(manifest);
+    st["accountant"]["ledger"] = nlohmann::json::array();
+    const std::string forged = st.dump(1);
+    std::ofstream(root / "state.json", std::ios::trunc) << forged;
+    m["files"]["state.json"] = {{"bytes", forged.size()}, {"blake2b", dpgrad::checkpoint_file_hash(forged)}};
+    std::ofstream(root / "manifest.json", std::ios::trunc) << m.dump(1);
+    auto [cf, tf] = status_and_text({"--resume", "--checkpoint-dir", dir.string()});
+    CHECK(cf == 2);
+    CHECK(tf.find("does not match its MAC") != std::string::npos);
+    CHECK(tf.find("epsilon") == std::string::npos);
+    std::ofstream(root / "state.json", std::ios::trunc) << state;
+    std::ofstream(root / "manifest.json", std::ios::trunc) << manifest;
+  }
+  // a corrupted parameter file is named
   fs::path pdir = dir / latest / "params";
   fs::path victim = fs::directory_iterator(pdir)->path();
   fs::resize_file(victim, fs::file_size(victim) - 4);

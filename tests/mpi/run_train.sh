@@ -12,6 +12,9 @@ mpirun=$1 train=$2
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/dpgrad-mpi-train-XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# checkpoint keys (docs/checkpoints.md) in a store of this script's own
+export DPGRAD_KEY_STORE="$work/keys"
+mkdir -m 700 "$DPGRAD_KEY_STORE"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 np2() { "$mpirun" --oversubscribe -np 2 "$@"; }
 field() { grep '"final":true' "$1" | sed -E "s/.*\"$2\":([^,}]*).*/\1/"; }
@@ -39,6 +42,34 @@ rc=$?
 grep -q "cannot run on 2 processes" "$work/micro.out" || { cat "$work/micro.out" >&2; fail "no clear error for microbatch"; }
 echo "ok: microbatch:4 on 2 ranks refused (exit $rc)"
 
+# 2b. ranks started with different settings: refused on every rank, naming what differs, never a hang
+differ() {  # differ NAME "rank 0's flags" "rank 1's flags" WHAT (flags over a base without the varied ones)
+  local base="--dataset synthetic --model mlp --optimizer dp-sgd"
+  # shellcheck disable=SC2086
+  timeout 120 "$mpirun" --oversubscribe -np 1 "$train" $base $2 : -np 1 "$train" $base $3 >"$work/differ-$1.out" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "ranks differing in $1: exit code $rc (124: it hung)"
+  grep -q "differ in .*$4" "$work/differ-$1.out" || { cat "$work/differ-$1.out" >&2; fail "no message names $4"; }
+  grep -q '"final"' "$work/differ-$1.out" && fail "ranks differing in $1 reported a result"
+  echo "ok: ranks differing in $1 refused (exit $rc)"
+}
+same="--hidden 16 --lr 0.5 --batch-size 64 --epochs 1"
+differ sigma "$same --noise-multiplier 2 --clip-norm 1" "$same --noise-multiplier 0.5 --clip-norm 50" "clip-norm"
+differ epsilon "$same --target-epsilon 3" "$same --target-epsilon 8" "target-epsilon"
+differ delta "$same --target-epsilon 3 --delta 1e-5" "$same --target-epsilon 3 --delta 1e-6" "delta"
+differ sampler "$same --target-epsilon 3" "$same --target-epsilon 3 --sampler fixed" "sampler"
+differ seed "$same --target-epsilon 3 --seed 1" "$same --target-epsilon 3 --seed 2" "seed"
+differ checkpoints "$same --target-epsilon 3 --checkpoint-dir $work/c0" "$same --target-epsilon 3 --checkpoint-dir $work/c1" \
+  "checkpoint-dir"
+differ lr "--hidden 16 --batch-size 64 --epochs 1 --target-epsilon 3 --lr 0.1" \
+  "--hidden 16 --batch-size 64 --epochs 1 --target-epsilon 3 --lr 0.2" "lr"
+differ epochs "--hidden 16 --lr 0.5 --batch-size 64 --target-epsilon 3 --epochs 1" \
+  "--hidden 16 --lr 0.5 --batch-size 64 --target-epsilon 3 --epochs 2" "epochs"
+differ batch "--hidden 16 --lr 0.5 --epochs 1 --target-epsilon 3 --batch-size 64" \
+  "--hidden 16 --lr 0.5 --epochs 1 --target-epsilon 3 --batch-size 32" "batch-size"
+differ model "--lr 0.5 --batch-size 64 --epochs 1 --target-epsilon 3 --hidden 16" \
+  "--lr 0.5 --batch-size 64 --epochs 1 --target-epsilon 3 --hidden 32" "hidden"
+
 # 3. killed, then resumed
 long=("${run[@]}" --epochs 8 --target-epsilon 3 --json)
 np2 "$train" "${long[@]}" >"$work/whole.json" 2>/dev/null || fail "the uninterrupted 2-rank run failed"
@@ -59,6 +90,9 @@ grep -qiE "signal 9|killed" "$work/killed.err" || { cat "$work/killed.err" >&2; 
 echo "ok: a rank killed mid-run ended the job (exit $rc, checkpoint at step $(cat "$ckpt/latest"))"
 cp -r "$ckpt" "$work/ckpt1"
 rm -f "$work/ckpt1/.lock"
+# the key store as it was at the kill: the copy is resumed below as if the 2-rank resume had never run (that one
+# moves the run's high-water mark past the copy, which is then refused as an older copy, by design)
+cp -a "$DPGRAD_KEY_STORE" "$work/keys-at-kill"
 np2 "$train" --resume --checkpoint-dir "$ckpt" --json >"$work/resumed.json" 2>"$work/resumed.err" ||
   { cat "$work/resumed.err" >&2; fail "the resumed run failed"; }
 [ "$(field "$work/resumed.json" epsilon)" = "$(field "$work/whole.json" epsilon)" ] ||
@@ -66,6 +100,11 @@ np2 "$train" --resume --checkpoint-dir "$ckpt" --json >"$work/resumed.json" 2>"$
 [ "$(field "$work/resumed.json" steps)" = "$(field "$work/whole.json" steps)" ] || fail "the resumed run's step count differs"
 echo "ok: resumed and finished at epsilon $(field "$work/resumed.json" epsilon), as the uninterrupted run"
 # the same checkpoint on one process: the batches never depended on the number of ranks
+"$train" --resume --checkpoint-dir "$work/ckpt1" --json >"$work/rewound.out" 2>&1 &&
+  fail "the copy older than the run's latest checkpoint was resumed"
+grep -q "older copy" "$work/rewound.out" || { cat "$work/rewound.out" >&2; fail "no message names the older copy"; }
+echo "ok: the copy older than the run's high-water mark was refused"
+rm -rf "$DPGRAD_KEY_STORE" && cp -a "$work/keys-at-kill" "$DPGRAD_KEY_STORE"
 "$train" --resume --checkpoint-dir "$work/ckpt1" --json >"$work/resumed1.json" 2>"$work/resumed1.err" ||
   { cat "$work/resumed1.err" >&2; fail "the 2-rank checkpoint did not resume on one process"; }
 [ "$(field "$work/resumed1.json" epsilon)" = "$(field "$work/whole.json" epsilon)" ] ||

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "optim/private_trainer.hpp"
 #include "optim/sampler.hpp"
 #include "privacy/accountant.hpp"
+#include "support/key_store.hpp"
 
 using namespace dpgrad;
 
@@ -251,6 +253,64 @@ TEST_CASE("strategies whose groups would span ranks, and shards that do not part
   CHECK_THROWS_AS(train(RunSpec{}, anonymous, comm), std::invalid_argument);
 }
 
+TEST_CASE("ranks whose runs differ in any setting are refused on every rank, naming the setting, with no hang") {
+  auto comm = world();
+  const BatchT<double> data = shard(records(96, 6), *comm);
+  // one edit per setting that defines the mechanism or the run, made on rank 1 only
+  using Edit = std::function<void(PrivateTrainingConfigT<double>&, std::unique_ptr<ModelT<double>>&,
+                                  std::unique_ptr<SgdT<double>>&)>;
+  const std::vector<std::pair<std::string, Edit>> edits = {
+      {"noise_multiplier", [](auto& c, auto&, auto&) { c.noise_multiplier = 0.5; }},
+      {"clip_norm", [](auto& c, auto&, auto&) { c.clip_norm = 50; }},
+      {"clip_strategy", [](auto& c, auto&, auto&) { c.clipping = clipping::vanilla<double>(); }},
+      {"sampler", [](auto& c, auto&, auto&) { c.sampling = Sampling::fixed; }},
+      {"batch_size", [](auto& c, auto&, auto&) { c.batch_size = 8; }},
+      {"epochs", [](auto& c, auto&, auto&) { c.epochs = 50; }},
+      {"max_steps", [](auto& c, auto&, auto&) { c.max_steps = 7; }},
+      {"delta", [](auto& c, auto&, auto&) { c.delta = 1e-6; }},
+      {"target_epsilon", [](auto& c, auto&, auto&) { c.target_epsilon = 8; }},
+      {"accountant", [](auto& c, auto&, auto&) { c.accounting = Accounting::rdp; }},
+      {"released_before", [](auto& c, auto&, auto&) { c.released_before.push_back({10.0, 4}); }},
+      {"seed", [](auto& c, auto&, auto&) { c.seed = 6; }},
+      {"ema", [](auto& c, auto&, auto&) { c.ema = 0.9; }},
+      {"sat_rho", [](auto& c, auto&, auto&) { c.sat_rho = 0.1; }},
+      {"optimizer.lr", [](auto&, auto& m, auto& o) { o = std::make_unique<SgdT<double>>(m->parameters(), 0.2, 0.9); }},
+      {"optimizer.momentum", [](auto&, auto& m, auto& o) { o = std::make_unique<SgdT<double>>(m->parameters(), 0.1, 0.5); }},
+      {"model.values", [](auto&, auto& m, auto& o) {
+         FastRng other(2);
+         m = make_mlp<double>({6, 8, 3}, Activation::tanh, other);
+         o = std::make_unique<SgdT<double>>(m->parameters(), 0.1, 0.9);
+       }},
+      {"model.parameters", [](auto&, auto& m, auto& o) {
+         FastRng init(1);
+         m = make_mlp<double>({6, 9, 3}, Activation::tanh, init);
+         o = std::make_unique<SgdT<double>>(m->parameters(), 0.1, 0.9);
+       }},
+  };
+  for (const auto& [field, edit] : edits) {
+    CAPTURE(field);
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 8, 3}, Activation::tanh, init);
+    auto sgd = std::make_unique<SgdT<double>>(model->parameters(), 0.1, 0.9);
+    PrivateTrainingConfigT<double> c = config(RunSpec{}, comm);
+    if (comm->rank() == 1) edit(c, model, sgd);
+    std::string error;
+    try {
+      PrivateTrainerT<double> t(*model, *sgd, data, c);
+    } catch (const std::invalid_argument& e) {
+      error = e.what();
+    }
+    INFO(error);
+    CHECK(error.find("the ranks' runs differ in ") != std::string::npos);
+    CHECK(error.find(field + " (rank 0: ") != std::string::npos);
+  }
+  // the same settings on both ranks: accepted
+  FastRng init(1);
+  auto model = make_mlp<double>({6, 8, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 0.1, 0.9);
+  CHECK_NOTHROW(PrivateTrainerT<double>(*model, sgd, data, config(RunSpec{}, comm)));
+}
+
 TEST_CASE("a 2-rank checkpoint resumes on 2 ranks and on 1, with the same parameters and ledger") {
   auto comm = world();
   const BatchT<double> all = records(96, 6);
@@ -302,6 +362,7 @@ TEST_CASE("a 2-rank checkpoint resumes on 2 ranks and on 1, with the same parame
 }
 
 int main(int argc, char** argv) {
+  test::KeyStoreForTests store;
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   doctest::Context context(argc, argv);

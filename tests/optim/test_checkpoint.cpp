@@ -87,8 +87,9 @@ TEST_CASE("checkpoint: a restored run continues bit for bit, ledger included") {
   Run a(11);
   a.train(3);  // mid-epoch for the shuffle sampler (2 steps per pass)
   CheckpointDir dir(tmp.path / "ck");
+  auto key = RunKey::create();
   CHECK_FALSE(dir.has_checkpoint());
-  dir.save(3, a.state(), {{"note", "three steps"}});
+  dir.save(3, a.state(), {{"note", "three steps"}}, *key);
   CHECK(dir.has_checkpoint());
   CHECK(dir.latest_step() == 3);
   CHECK(dir.read_extra()["note"] == "three steps");
@@ -96,7 +97,7 @@ TEST_CASE("checkpoint: a restored run continues bit for bit, ledger included") {
 
   Run b(12);  // different initialisation and generators: all overwritten
   auto st = b.state();
-  CHECK(dir.load(st) == 3);
+  CHECK(dir.load(st, *key) == 3);
   CHECK(b.accountant->total_steps() == 3);
   CHECK(b.adam->steps() == 3);
   CHECK(b.extra(0) == 11.0);
@@ -114,13 +115,14 @@ TEST_CASE("checkpoint: saves replace older ones atomically; a second save of one
   test::TempDir tmp("dpgrad-ckpt");
   Run a(21);
   CheckpointDir dir(tmp.path / "ck");
+  auto key = RunKey::create();
   a.train(1);
-  dir.save(1, a.state(), {});
+  dir.save(1, a.state(), {}, *key);
   fs::create_directories(tmp.path / "ck" / ".partial-step-00000002-1");  // left by a killed save
   a.train(1);
-  dir.save(2, a.state(), {});
+  dir.save(2, a.state(), {}, *key);
   CHECK(latest_name(tmp.path / "ck") == "step-00000002");
-  dir.save(2, a.state(), {{"again", true}});
+  dir.save(2, a.state(), {{"again", true}}, *key);
   CHECK(latest_name(tmp.path / "ck") == "step-00000002.1");
   CHECK(dir.latest_step() == 2);
   CHECK(dir.read_extra()["again"] == true);
@@ -136,7 +138,8 @@ TEST_CASE("checkpoint: damage and mismatches are refused, and nothing is restore
   a.train(2);
   fs::path ck = tmp.path / "ck";
   CheckpointDir dir(ck);
-  dir.save(2, a.state(), {});
+  auto key = RunKey::create();
+  dir.save(2, a.state(), {}, *key);
   fs::path root = ck / latest_name(ck);
   fs::path param = *fs::directory_iterator(root / "params");
 
@@ -144,14 +147,14 @@ TEST_CASE("checkpoint: damage and mismatches are refused, and nothing is restore
   auto before = b.model->parameters()[0].value();
   auto st = b.state();
   auto refused = [&](const char* what) {
-    CHECK_THROWS_WITH_AS(dir.load(st), doctest::Contains(what), CheckpointError);
+    CHECK_THROWS_WITH_AS(dir.load(st, *key), doctest::Contains(what), CheckpointError);
     bool untouched = b.model->parameters()[0].value() == before;
     CHECK(untouched);
     CHECK(b.accountant->total_steps() == 0);
   };
   SUBCASE("no checkpoint") {
     CheckpointDir empty(tmp.path / "nothing");
-    CHECK_THROWS_WITH_AS(empty.load(st), doctest::Contains("no checkpoint"), CheckpointError);
+    CHECK_THROWS_WITH_AS(empty.load(st, *key), doctest::Contains("no checkpoint"), CheckpointError);
   }
   SUBCASE("truncated parameter file") {
     fs::resize_file(param, fs::file_size(param) - 8);
@@ -170,12 +173,12 @@ TEST_CASE("checkpoint: damage and mismatches are refused, and nothing is restore
   }
   SUBCASE("latest names nothing") {
     std::ofstream(ck / "latest") << "step-00000099\n";
-    refused("does not exist");
+    refused("step-00000099");
   }
   SUBCASE("a different model") {
     Run c(33, 7);
     auto sc = c.state();
-    CHECK_THROWS_WITH_AS(dir.load(sc), doctest::Contains("shape"), CheckpointError);
+    CHECK_THROWS_WITH_AS(dir.load(sc, *key), doctest::Contains("shape"), CheckpointError);
   }
   SUBCASE("a different accountant") {
     auto pld = privacy::make_accountant("gdp");

@@ -4,6 +4,8 @@
 // run at a time holds a checkpoint directory.
 #include <sys/stat.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -40,22 +42,31 @@ fs::path latest(const fs::path& dir) {
   return dir / name;
 }
 
+/// Writes the manifest of the latest checkpoint, with a MAC under the run's key
+/// when `sign` (as only the holder of the key could: the checks behind the MAC).
+void write_manifest(const fs::path& dir, const json& m, bool sign) {
+  const fs::path root = latest(dir);
+  const std::string text = m.dump(1);
+  std::ofstream(root / "manifest.json", std::ios::trunc) << text;
+  if (sign) std::ofstream(root / "manifest.mac", std::ios::trunc) << RunKey::peek(m["run"])->mac(text) << "\n";
+}
+
 /// Rewrites `rel` in the latest checkpoint and regenerates the manifest's size and
-/// hash for it, as someone editing a checkpoint would.
-void tamper(const fs::path& dir, const std::string& rel, const std::string& bytes) {
+/// hash for it, as someone editing a checkpoint would; `sign`: with the run's key too.
+void tamper(const fs::path& dir, const std::string& rel, const std::string& bytes, bool sign = true) {
   const fs::path root = latest(dir);
   std::ofstream(root / rel, std::ios::binary | std::ios::trunc) << bytes;
   json m = json::parse(slurp(root / "manifest.json"));
   m["files"][rel] = {{"bytes", bytes.size()}, {"blake2b", checkpoint_file_hash(bytes)}};
-  std::ofstream(root / "manifest.json", std::ios::trunc) << m.dump(1);
+  write_manifest(dir, m, sign);
 }
 
 /// Edits state.json of the latest checkpoint.
 template <class F>
-void edit_state(const fs::path& dir, F&& f) {
+void edit_state(const fs::path& dir, F&& f, bool sign = true) {
   json s = json::parse(slurp(latest(dir) / "state.json"));
   f(s);
-  tamper(dir, "state.json", s.dump(1));
+  tamper(dir, "state.json", s.dump(1), sign);
 }
 
 struct Run {
@@ -102,14 +113,18 @@ TEST_CASE("checkpoint hardening: the ledger cannot shrink or soften on resume") 
   const json original = json::parse(slurp(latest(dir.path) / "state.json"));
   auto restore = [&] { tamper(dir.path, "state.json", original.dump(1)); };
 
+  // even signed with the run's key, a shorter ledger is below the key store's high-water mark
   edit_state(dir.path, [](json& s) { s["accountant"]["ledger"][0]["count"] = 1; });
-  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 1 steps for step 5"});
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"ledger holds 1 steps", "saved a ledger of 5"});
   restore();
   edit_state(dir.path, [](json& s) { s["accountant"]["ledger"] = json::array(); });
-  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 0 steps for step 5"});
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"ledger holds 0 steps", "saved a ledger of 5"});
   restore();
   edit_state(dir.path, [](json& s) { s["accountant"].erase("ledger"); });
-  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 0 steps"});
+  test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"ledger holds 0 steps"});
+  restore();
+  edit_state(dir.path, [](json& s) { s["accountant"]["ledger"][0]["count"] = 7; });
+  test::check_error<std::invalid_argument>([&] { run.resume(dir.path); }, {"ledger holds 7 steps for step 5"});
   restore();
   edit_state(dir.path, [](json& s) { s.erase("accountant"); });
   test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"has no accountant ledger"});
@@ -138,9 +153,9 @@ TEST_CASE("checkpoint hardening: manifest paths stay inside; only regular files;
   {
     json m = manifest;
     m["files"]["../../../../dev/zero"] = {{"bytes", 1 << 30}, {"blake2b", "00"}};
-    std::ofstream(root / "manifest.json", std::ios::trunc) << m.dump(1);
+    write_manifest(dir.path, m, true);
     test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"not a path inside the checkpoint"});
-    std::ofstream(root / "manifest.json", std::ios::trunc) << manifest.dump(1);
+    write_manifest(dir.path, manifest, true);
   }
   // a FIFO in place of a parameter file: refused at once, never blocks
   std::string param;
@@ -245,4 +260,179 @@ TEST_CASE("checkpoint hardening: a state.json of the wrong JSON type is refused 
   tamper(dir.path, "state.json", saved);
   CHECK(CheckpointDir(dir.path).read_extra().is_object());
   run.resume(dir.path);
+}
+
+namespace {
+
+/// A finished run of `steps` steps checkpointed in `dir` (sigma 1, q 0.1), whose
+/// epsilon is what a resume must report at the end.
+double finished_run(Run& run, const fs::path& dir, int steps) {
+  FastRng init(1);
+  auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  PrivateTrainerT<double> t(*model, sgd, run.data, run.config);
+  for (int i = 0; i < steps; ++i) t.step();
+  t.save(dir);
+  return t.epsilon();
+}
+
+/// The epsilon a resume from `dir` reports, or the error that refused it.
+std::string resumed_epsilon(Run& run, const fs::path& dir) {
+  try {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, run.data, run.config, dir);
+    return "epsilon " + std::to_string(t.epsilon());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("forged checkpoints: every edit without the run's key is refused (before: epsilon 0, 0.0862, 1.9568)") {
+  Run run;
+  run.config.epochs = 100;
+  run.config.max_steps = 20;
+  test::TempDir dir("dpgrad-forged");
+  const double truth = finished_run(run, dir.path, 20);
+  REQUIRE(truth > 0);
+  CHECK(resumed_epsilon(run, dir.path) == "epsilon " + std::to_string(truth));
+  const std::string state = slurp(latest(dir.path) / "state.json");
+  const json manifest = json::parse(slurp(latest(dir.path) / "manifest.json"));
+  auto forged = [&](auto edit) {
+    edit_state(dir.path, edit, false);  // the manifest's hashes recomputed, as anyone can: no MAC
+    const std::string r = resumed_epsilon(run, dir.path);
+    INFO(r);
+    CHECK(r.find("does not match its MAC") != std::string::npos);
+    tamper(dir.path, "state.json", state);
+  };
+  forged([](json& s) { s["accountant"]["ledger"] = json::array(); });                      // "epsilon so far 0"
+  forged([](json& s) { s["extra"]["trainer"]["noise_multiplier"] = 10.0; });                // sigma 10 recorded
+  forged([](json& s) { s["accountant"]["ledger"][0]["noise_multiplier"] = 10.0; });
+  forged([](json& s) { s["accountant"]["ledger"][0]["sampling_rate"] = 0.01; });            // q
+  forged([](json& s) { s["extra"]["trainer"]["total_steps"] = 1000; });                     // total_steps
+  forged([](json& s) { s["accountant"]["ledger"][0]["count"] = 5; });
+  // a renamed step folder, its state and ledger edited to match
+  {
+    const fs::path old_root = latest(dir.path);
+    fs::rename(old_root, dir.path / "step-00000005");
+    std::ofstream(dir.path / "latest", std::ios::trunc) << "step-00000005\n";
+    edit_state(dir.path, [](json& s) { s["step"] = 5; s["accountant"]["ledger"][0]["count"] = 5; }, false);
+    json m = json::parse(slurp(latest(dir.path) / "manifest.json"));
+    m["step"] = 5;
+    write_manifest(dir.path, m, false);
+    const std::string r = resumed_epsilon(run, dir.path);
+    INFO(r);
+    CHECK(r.find("does not match its MAC") != std::string::npos);
+    // even with the key, step 5 is below the run's high-water mark of 20
+    write_manifest(dir.path, m, true);
+    const std::string r2 = resumed_epsilon(run, dir.path);
+    CHECK(r2.find("has saved step 20") != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint keys: an older copy is refused; a missing key says why; one process per run; files 0600") {
+  Run run;
+  run.config.epochs = 100;
+  run.config.max_steps = 30;
+  test::TempDir dir("dpgrad-keys");
+  const fs::path ck = dir.path / "ck", copy = dir.path / "copy";
+  {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, run.data, run.config);
+    for (int i = 0; i < 10; ++i) t.step();
+    t.save(ck);
+    fs::copy(ck, copy, fs::copy_options::recursive);  // a copy kept at step 10
+    // while this run holds its key, a second process cannot continue it
+    CHECK(resumed_epsilon(run, copy).find("another process is continuing run") != std::string::npos);
+    for (int i = 0; i < 10; ++i) t.step();
+    t.save(ck);  // step 20: the high-water mark moves
+  }
+  // the copy's steps 11..20 were released by the original: re-drawing them would be free, so it is refused
+  CHECK(resumed_epsilon(run, copy).find("has saved step 20") != std::string::npos);
+  CHECK(resumed_epsilon(run, ck).rfind("epsilon ", 0) == 0);
+  // files and folders are the user's only
+  for (const auto& e : fs::recursive_directory_iterator(ck)) {
+    if (e.path().filename() == ".lock") continue;
+    const auto perms = fs::status(e.path()).permissions();
+    CAPTURE(e.path().string());
+    CHECK((perms & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+  }
+  // a key store without the run's key: refused, saying why
+  test::TempDir other("dpgrad-other-store");
+  fs::permissions(other.path, fs::perms::owner_all);
+  run.config.key_store = other.path;
+  const std::string missing = resumed_epsilon(run, ck);
+  CHECK(missing.find("is not in the key store") != std::string::npos);
+  // a key store open to other users is refused
+  fs::permissions(other.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  CHECK(resumed_epsilon(run, ck).find("open to other users") != std::string::npos);
+}
+
+TEST_CASE("checkpoint hardening: no symbolic link is followed below the checkpoint directory") {
+  Run run;
+  test::TempDir dir("dpgrad-links");
+  const fs::path ck = dir.path / "ck", outside = dir.path / "outside";
+  run.write(ck, 2);
+  const fs::path root = latest(ck);
+  const std::string name = root.filename().string();
+  SUBCASE("a step folder that is a link") {
+    fs::rename(root, outside);
+    fs::create_directory_symlink(outside, root);
+    test::check_error<CheckpointError>([&] { run.resume(ck); }, {name, "symbolic link"});
+  }
+  SUBCASE("params/ that is a link") {
+    fs::rename(root / "params", outside);
+    fs::create_directory_symlink(outside, root / "params");
+    test::check_error<CheckpointError>([&] { run.resume(ck); }, {"params", "symbolic link"});
+  }
+  SUBCASE("latest that is a link") {
+    fs::rename(ck / "latest", outside);
+    fs::create_symlink(outside, ck / "latest");
+    test::check_error<CheckpointError>([&] { run.resume(ck); }, {"latest", "symbolic link"});
+  }
+  SUBCASE("the checkpoint directory itself may be a link (the user's own path)") {
+    const fs::path link = dir.path / "link";
+    fs::create_directory_symlink(ck, link);
+    run.resume(link);
+  }
+}
+
+TEST_CASE("checkpoint hardening: deep JSON, fractional steps, non-finite values and odd bytes are named") {
+  Run run;
+  test::TempDir dir("dpgrad-odd");
+  run.write(dir.path, 2);
+  const std::string state = slurp(latest(dir.path) / "state.json");
+  SUBCASE("nested a million levels deep in extra") {
+    json s = json::parse(state);
+    std::string text = s.dump();
+    const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+    text.insert(text.size() - 1, ",\"deep\":" + deep);
+    tamper(dir.path, "state.json", text);
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"state.json", "deeper than 64 levels"});
+    test::check_error<CheckpointError>([&] { CheckpointDir(dir.path).read_extra(); }, {"deeper than 64 levels"});
+  }
+  SUBCASE("a step of 2.5") {
+    edit_state(dir.path, [](json& s) { s["step"] = 2.5; });
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"step must be a whole number, got 2.5"});
+  }
+  SUBCASE("a non-finite parameter") {
+    const json m = json::parse(slurp(latest(dir.path) / "manifest.json"));
+    std::string param;
+    for (const auto& [rel, info] : m["files"].items())
+      if (rel.rfind("params/", 0) == 0) param = rel;
+    std::string bytes = slurp(latest(dir.path) / param);
+    const double inf = INFINITY;
+    std::memcpy(bytes.data() + bytes.size() - sizeof inf, &inf, sizeof inf);
+    tamper(dir.path, param, bytes);
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {param, "non-finite value"});
+  }
+  SUBCASE("a NUL byte in latest") {
+    std::ofstream(dir.path / "latest", std::ios::binary | std::ios::trunc) << std::string("step-0\0/../x", 12);
+    test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"latest does not name a checkpoint", "\\x00/../x"});
+  }
 }

@@ -4,6 +4,8 @@
 // plug in reach every strategy.
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -221,28 +223,30 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
   auto model = make_mlp<double>({8, 3}, Activation::relu, init_b);
   SgdT<double> sgd_a(plain_model->parameters(), 0.1), sgd_b(model->parameters(), 0.1);
   PrivateTrainerT<double> plain(*plain_model, sgd_a, train, config({}));
-  PrivateTrainerT<double> t(*model, sgd_b, train, config({mean_release}));
+  auto t = std::make_unique<PrivateTrainerT<double>>(*model, sgd_b, train, config({mean_release}));
   // the same target with a release already made: more noise, and the whole still within the target
-  CHECK(t.noise_multiplier() > plain.noise_multiplier());
-  CHECK(t.final_epsilon() <= 2.0);
-  CHECK(t.final_epsilon() > 1.95);
+  CHECK(t->noise_multiplier() > plain.noise_multiplier());
+  CHECK(t->final_epsilon() <= 2.0);
+  CHECK(t->final_epsilon() > 1.95);
   // before any step the ledger holds the release alone: one Gaussian step (q = 1) at its multiplier
-  REQUIRE(t.accountant()->ledger().size() == 1);
-  CHECK(t.accountant()->ledger()[0] == privacy::Step{1.0, 4.0, 1, 0});
-  CHECK(t.epsilon() > 0);
+  REQUIRE(t->accountant()->ledger().size() == 1);
+  CHECK(t->accountant()->ledger()[0] == privacy::Step{1.0, 4.0, 1, 0});
+  CHECK(t->epsilon() > 0);
   // an independent count: the release and 60 steps in one accountant, the grid charged for every draw
   auto a = privacy::make_accountant("pld");
   a->step(1.0, 4.0, 1);
-  a->step(0.05, t.noise_multiplier(), 60);
+  a->step(0.05, t->noise_multiplier(), 60);
   CHECK(privacy::grid_noise_epsilon_of_draws(*a, 1e-5, 24 + 60.0 * double(model->parameter_count())) ==
-        doctest::Approx(t.final_epsilon()).epsilon(1e-9));
+        doctest::Approx(t->final_epsilon()).epsilon(1e-9));
   // more than the same steps at the same sigma without it
   auto b = privacy::make_accountant("pld");
-  b->step(0.05, t.noise_multiplier(), 60);
-  CHECK(privacy::grid_noise_epsilon(*b, 1e-5, double(model->parameter_count())) < t.final_epsilon());
-  for (int i = 0; i < 5; ++i) t.step();
-  CHECK(t.accountant()->total_steps() == 6);
-  t.save(dir.path, nlohmann::json::object());
+  b->step(0.05, t->noise_multiplier(), 60);
+  CHECK(privacy::grid_noise_epsilon(*b, 1e-5, double(model->parameter_count())) < t->final_epsilon());
+  for (int i = 0; i < 5; ++i) t->step();
+  CHECK(t->accountant()->total_steps() == 6);
+  t->save(dir.path, nlohmann::json::object());
+  const double epsilon = t->epsilon();
+  t.reset();  // the run's process ends (it held the run's key): another may continue it
   {  // resumes with the same release: the ledger is taken as it is, not added to
     FastRng init(23);
     auto again = make_mlp<double>({8, 3}, Activation::relu, init);
@@ -250,7 +254,7 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
     PrivateTrainerT<double> r(*again, sgd, train, config({mean_release}), dir.path);
     CHECK(r.steps_done() == 5);
     CHECK(r.accountant()->total_steps() == 6);
-    CHECK(r.epsilon() == doctest::Approx(t.epsilon()).epsilon(1e-12));
+    CHECK(r.epsilon() == doctest::Approx(epsilon).epsilon(1e-12));
   }
   for (const std::vector<PriorRelease>& other :
        {std::vector<PriorRelease>{}, {{8.0, 24}}, {mean_release, mean_release}}) {
@@ -384,4 +388,35 @@ TEST_CASE("losses: closed forms, and every strategy agrees with the loop under M
   BatchT<double> unlabelled = b;
   test::check_error<std::invalid_argument>([&] { model->row_losses(model->forward(unlabelled), unlabelled); },
                                            {"no class labels"});
+}
+
+TEST_CASE("private trainer: the default delta keeps delta N <= 0.6; a delta of 1/N or more only when asked for") {
+  FastRng init(41), data(42);
+  auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto trainer_delta = [&](std::size_t n, std::optional<double> delta, bool allow) {
+    const BatchT<double> train = separable<double>(n, data);
+    PrivateTrainingConfigT<double> c;
+    c.noise_multiplier = 2.0;
+    c.batch_size = 5;
+    c.delta = delta;
+    c.allow_large_delta = allow;
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+    return std::pair{t.delta(), t.warnings()};
+  };
+  CHECK(trainer_delta(999, {}, false).first == doctest::Approx(1e-4));  // not 1e-3: 0.999 records
+  CHECK(trainer_delta(600, {}, false).first == doctest::Approx(1e-3));
+  CHECK(trainer_delta(601, {}, false).first == doctest::Approx(1e-4));
+  CHECK(trainer_delta(100, {}, false).second.empty());
+  // Fashion-MNIST's size keeps the conventional 1e-5 (6e4 x 1e-5 = 0.6)
+  CHECK(default_delta_for(60000) == doctest::Approx(1e-5));
+  CHECK(default_delta_for(60001) == doctest::Approx(1e-6));
+  test::check_error<std::invalid_argument>([&] { trainer_delta(100, 0.99, false); },
+                                           {"delta 0.99 is at least 1/N for N = 100", "allow_large_delta"});
+  test::check_error<std::invalid_argument>([&] { trainer_delta(100, 0.01, false); }, {"at least 1/N"});
+  const auto [d, warnings] = trainer_delta(100, 0.01, true);
+  CHECK(d == 0.01);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("published exactly") != std::string::npos);
+  CHECK(trainer_delta(100, 0.0099, false).second.empty());
 }
