@@ -49,7 +49,7 @@
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 
 using namespace dpgrad;
 using namespace dpgrad::bench;

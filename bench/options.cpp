@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "optim/clip_spec.hpp"
+#include "optim/clipping/clip_spec.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::bench {

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "engine/random.hpp"
-#include "layers/module.hpp"
+#include "data/batch.hpp"
 
 namespace dpgrad::data {
 

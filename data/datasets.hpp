@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/module.hpp"
+#include "data/batch.hpp"
 
 namespace dpgrad::data {
 

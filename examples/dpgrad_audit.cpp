@@ -12,7 +12,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "optim/audit.hpp"
+#include "optim/audit/audit.hpp"
 #include "privacy/accountant.hpp"
 #include "examples/audit/options.hpp"
 

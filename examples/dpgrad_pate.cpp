@@ -19,8 +19,8 @@
 #include "engine/random.hpp"
 #include "examples/pate/options.hpp"
 #include "layers/models.hpp"
-#include "optim/pate.hpp"
-#include "optim/private_trainer.hpp"
+#include "optim/pate/teachers.hpp"
+#include "optim/run/private_trainer.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/pate.hpp"
 

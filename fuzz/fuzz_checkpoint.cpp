@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "optim/npy.hpp"
+#include "optim/checkpoint/npy.hpp"
 #include "privacy/accountant.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

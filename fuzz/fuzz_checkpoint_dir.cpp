@@ -29,9 +29,9 @@
 
 #include "engine/random.hpp"
 #include "engine/tensor.hpp"
-#include "optim/checkpoint.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
 #include "optim/optimizer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 
 namespace fs = std::filesystem;

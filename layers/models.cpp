@@ -5,6 +5,7 @@
 
 #include "layers/attention.hpp"
 #include "layers/norm.hpp"
+#include "layers/registry.hpp"
 #include "layers/scattering.hpp"
 
 #include <algorithm>
@@ -304,18 +305,52 @@ ArrayT<T> scattering_normalised(const ArrayT<T>& features) {
 }
 
 template <class T>
+std::unique_ptr<ModelT<T>> build_model(const std::string& name, const ModelSpec& spec, Rng& rng) {
+  const ModelEntry& m = find_model(name);
+  if (!m.takes_vocabulary && spec.vocabulary != 8185)
+    throw std::invalid_argument("vocabulary " + std::to_string(spec.vocabulary) + ": " + name +
+                                " has an embedding of 8185 rows; only the transformer takes another size");
+  if (!m.takes_frozen_embedding && !spec.train_embedding)
+    throw std::invalid_argument("a frozen embedding applies to the transformer, not " + name);
+  if (!m.takes_centre && spec.centred)
+    throw std::invalid_argument("a feature centre applies to the scatter models, not " + name);
+  if (spec.classes < 1) throw std::invalid_argument("a model needs at least one class");
+  const ArrayT<T> zero = xt::zeros<T>({std::size_t(7), std::size_t(7), std::size_t(81)});
+  const ArrayT<T>* centre = spec.centred ? &zero : nullptr;
+  const std::string n = name;
+  if (n == "mlp") return make_mlp<T>({spec.features, spec.hidden, spec.classes}, spec.activation, rng);
+  if (n == "logreg") return make_mlp<T>({spec.features, spec.classes}, spec.activation, rng);
+  if (n == "cnn26k") return make_cnn26k<T>(spec.activation, rng);
+  if (n == "cnn17m") return make_cnn17m<T>(spec.activation, rng);
+  if (n == "bilstm598k") return make_bilstm598k<T>(rng, spec.classes);
+  if (n == "bigru") return make_bigru<T>(rng, 8185, 64, 64, spec.classes);
+  if (n == "transformer") {
+    TransformerOptions o;
+    o.length = spec.length;
+    o.vocab = spec.vocabulary;
+    o.classes = spec.classes;
+    o.train_embedding = spec.train_embedding;
+    return make_transformer<T>(rng, o);
+  }
+  if (n == "scatter-linear") return make_scatter_linear<T>(rng, spec.classes, centre);
+  if (n == "scatter-cnn") return make_scatter_cnn<T>(spec.activation, rng, spec.classes, centre);
+  throw std::logic_error("build_model: the registry's model '" + n + "' has no factory");
+}
+
+template <class T>
 std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act,
                                       std::vector<std::size_t> mlp_sizes) {
-  if (name == "mlp") return make_mlp<T>(std::move(mlp_sizes), act, rng);
-  if (name == "cnn26k") return make_cnn26k<T>(act, rng);
-  if (name == "cnn17m") return make_cnn17m<T>(act, rng);
-  if (name == "bilstm598k") return make_bilstm598k<T>(rng);
-  if (name == "bigru") return make_bigru<T>(rng);
-  if (name == "transformer") return make_transformer<T>(rng);
-  if (name == "scatter-linear") return make_scatter_linear<T>(rng);
-  if (name == "scatter-cnn") return make_scatter_cnn<T>(act, rng);
-  throw std::invalid_argument("unknown model '" + name +
-                              "' (mlp, cnn26k, cnn17m, bilstm598k, bigru, transformer, scatter-linear, scatter-cnn)");
+  ModelSpec spec;
+  spec.activation = act;
+  if (name == "mlp" && mlp_sizes.size() == 3) {
+    spec.features = mlp_sizes[0];
+    spec.hidden = mlp_sizes[1];
+    spec.classes = mlp_sizes[2];
+  } else if (name == "mlp") {
+    return make_mlp<T>(std::move(mlp_sizes), act, rng);
+  }
+  if (name == "bilstm598k" || name == "bigru" || name == "transformer") spec.classes = 2;
+  return build_model<T>(name, spec, rng);
 }
 
 #define DPGRAD_INSTANTIATE(T)                                                                          \
@@ -326,6 +361,7 @@ std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activat
   template std::unique_ptr<ModelT<T>> make_transformer(Rng&, const TransformerOptions&);               \
   template std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation, Rng&, std::size_t, const ArrayT<T>*);\
   template ArrayT<T> scattering_normalised(const ArrayT<T>&);               \
+  template std::unique_ptr<ModelT<T>> build_model(const std::string&, const ModelSpec&, Rng&);        \
   template ArrayT<T> scattering_inputs(const ArrayT<T>&, const std::function<void(std::size_t, std::size_t)>&); \
   template std::unique_ptr<ModelT<T>> make_bilstm598k(Rng&, std::size_t);                             \
   template std::unique_ptr<ModelT<T>> make_bilstm(Rng&, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t); \

@@ -92,7 +92,7 @@ std::unique_ptr<ModelT<T>> make_scatter_cnn(Activation act, Rng& rng, std::size_
 template <class T>
 ArrayT<T> scattering_normalised(const ArrayT<T>& features);
 
-/// True for the models that read scattering features instead of images.
+/// True for the models that read scattering features instead of images (throws on an unknown name).
 bool model_reads_scattering(const std::string& name);
 
 /// Images (B, 1, H, W) or (B, H, W) with one channel -> their scattering
@@ -101,15 +101,15 @@ bool model_reads_scattering(const std::string& name);
 template <class T>
 ArrayT<T> scattering_inputs(const ArrayT<T>& images, const std::function<void(std::size_t, std::size_t)>& progress = {});
 
-/// The names make_model knows: "mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "scatter-linear",
-/// "scatter-cnn".
+/// The names of the bundled models (layers/registry.hpp), in its order.
 std::vector<std::string> model_names();
 
-/// True for the models that read token sequences (the others read images).
+/// True for the models that read token sequences (throws on an unknown name).
 bool model_reads_tokens(const std::string& name);
 
-/// A model by name; `act` applies to mlp and the CNNs, `mlp_sizes` to mlp.
-/// Throws std::invalid_argument on an unknown name.
+/// A model by name with its default sizes (build_model, layers/registry.hpp, takes
+/// them all): `act` applies to mlp and the CNNs, `mlp_sizes` to mlp; the token
+/// models have 2 classes, the others 10. Throws std::invalid_argument on an unknown name.
 template <class T>
 std::unique_ptr<ModelT<T>> make_model(const std::string& name, Rng& rng, Activation act = Activation::relu,
                                       std::vector<std::size_t> mlp_sizes = {784, 256, 10});

@@ -53,6 +53,13 @@ class SequentialT final : public LayerT<T> {
   std::vector<TensorT<T>> parameters() const override;
   void set_training(bool on) override;
   std::size_t size() const { return layers_.size(); }
+  /// The first layer of type L (null if there is none).
+  template <class L>
+  L* find() {
+    for (auto& l : layers_)
+      if (auto* p = dynamic_cast<L*>(l.get())) return p;
+    return nullptr;
+  }
 
  private:
   std::vector<std::unique_ptr<LayerT<T>>> layers_;

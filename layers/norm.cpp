@@ -1,6 +1,8 @@
 // LayerNorm and GroupNorm (layers/norm.hpp), from engine ops only.
 #include "layers/norm.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -94,6 +96,16 @@ CentreT<T>::CentreT(ArrayT<T> centre) : centre_(std::move(centre)) {
   Shape s = shape_of(centre_);
   s.insert(s.begin(), 1);
   centre_.reshape(s);
+}
+
+template <class T>
+void CentreT<T>::set_centre(const ArrayT<T>& centre) {
+  if (centre.size() != centre_.size())
+    throw std::invalid_argument("Centre: " + std::to_string(centre.size()) + " values for a centre of " +
+                                std::to_string(centre_.size()));
+  for (const T v : centre)
+    if (!std::isfinite(double(v))) throw std::invalid_argument("Centre: the centre has a non-finite entry");
+  std::copy(centre.begin(), centre.end(), centre_.begin());
 }
 
 template <class T>

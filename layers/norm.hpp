@@ -59,7 +59,12 @@ class CentreT final : public LayerT<T> {
  public:
   explicit CentreT(ArrayT<T> centre);
   TensorT<T> forward(const TensorT<T>& x) override;
+  /// (1, ...): the centre broadcast over the batch.
   const ArrayT<T>& centre() const { return centre_; }
+  /// Replaces the centre by `centre` (its values, in order: the same count, any
+  /// shape), a release made after the model was built (private_feature_mean).
+  /// Throws std::invalid_argument on another count or a non-finite value.
+  void set_centre(const ArrayT<T>& centre);
 
  private:
   ArrayT<T> centre_;  // (1, ...): broadcast over the batch

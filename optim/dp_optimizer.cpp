@@ -12,7 +12,7 @@
 
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 
 namespace dpgrad {

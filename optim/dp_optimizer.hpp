@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/clipping.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "optim/optimizer.hpp"
 
 namespace dpgrad {

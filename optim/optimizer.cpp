@@ -1,18 +1,14 @@
 // SGD, momentum and Adam updates, with argument checks and state for checkpoints.
 #include "optim/optimizer.hpp"
 
+#include "engine/check.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 
 namespace dpgrad {
-
-namespace {
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument(what);
-}
-}  // namespace
 
 template <class T>
 OptimizerT<T>::OptimizerT(std::vector<TensorT<T>> params, double lr)
@@ -203,11 +199,39 @@ double cosine_lr(double start, double end, long step, long total) {
   return end + (start - end) * 0.5 * (1 + std::cos(M_PI * double(step) / double(total)));
 }
 
+std::vector<std::string> optimizer_names() { return {"sgd", "momentum", "adam", "adambc"}; }
+
+double default_lr(const std::string& name) {
+  if (name == "sgd" || name == "momentum") return 0.1;
+  if (name == "adam" || name == "adambc") return 1e-3;
+  throw std::invalid_argument("unknown optimizer '" + name + "' (sgd, momentum, adam, adambc)");
+}
+
+void check_optimizer_spec(const OptimizerSpec& s) {
+  const double lr = s.lr.value_or(default_lr(s.name));
+  require(lr > 0 && std::isfinite(lr), "the learning rate must be > 0 and finite, got " + std::to_string(lr));
+  require(std::isfinite(s.momentum) && s.momentum >= 0 && s.momentum < 1,
+          "momentum must be in [0, 1), got " + std::to_string(s.momentum));
+  require(std::isfinite(s.weight_decay) && s.weight_decay >= 0,
+          "weight decay must be finite and >= 0, got " + std::to_string(s.weight_decay));
+}
+
+template <class T>
+std::unique_ptr<OptimizerT<T>> make_optimizer(const OptimizerSpec& s, std::vector<TensorT<T>> params) {
+  check_optimizer_spec(s);
+  const double lr = s.lr.value_or(default_lr(s.name));
+  if (s.name == "adam" || s.name == "adambc")
+    return std::make_unique<AdamT<T>>(std::move(params), lr, 0.9, 0.999, 1e-8, s.weight_decay);
+  return std::make_unique<SgdT<T>>(std::move(params), lr, s.name == "momentum" ? s.momentum : 0.0, s.weight_decay);
+}
+
 template class OptimizerT<float>;
 template class OptimizerT<double>;
 template class SgdT<float>;
 template class SgdT<double>;
 template class AdamT<float>;
 template class AdamT<double>;
+template std::unique_ptr<OptimizerT<float>> make_optimizer(const OptimizerSpec&, std::vector<TensorT<float>>);
+template std::unique_ptr<OptimizerT<double>> make_optimizer(const OptimizerSpec&, std::vector<TensorT<double>>);
 
 }  // namespace dpgrad

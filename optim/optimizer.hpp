@@ -4,6 +4,8 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,26 @@ class AdamT final : public OptimizerT<T> {
   double noise_variance_ = 0, floor_ = 0;
   std::vector<ArrayT<T>> m_, v_;
 };
+
+/// A base optimizer by name: "sgd", "momentum", "adam", or "adambc" (Adam whose
+/// second moment a DP run corrects for its noise: AdamT::correct_noise).
+struct OptimizerSpec {
+  std::string name = "sgd";
+  std::optional<double> lr;       // default: default_lr(name)
+  double momentum = 0.9;          // momentum
+  double weight_decay = 0.0;
+};
+/// The base optimizers' names, in the order help texts list them.
+std::vector<std::string> optimizer_names();
+/// 0.1 for sgd and momentum, 0.001 for adam and adambc; throws on unknown names.
+double default_lr(const std::string& name);
+/// Checks the spec (a known name, a learning rate > 0 and finite, momentum in
+/// [0, 1), weight decay >= 0 and finite); throws std::invalid_argument naming
+/// the problem. Needs no parameters: programs check before building anything.
+void check_optimizer_spec(const OptimizerSpec& spec);
+/// The optimizer `spec` describes, over `params`.
+template <class T>
+std::unique_ptr<OptimizerT<T>> make_optimizer(const OptimizerSpec& spec, std::vector<TensorT<T>> params);
 
 /// The learning rate of a cosine schedule at `step` of `total`: `start` at step 0,
 /// `end` at step `total` (Loshchilov & Hutter 2017, without restarts).

@@ -2,7 +2,7 @@
 // aggregation of teachers' votes, and its Renyi-DP accounting (docs/pate.md).
 //
 // Neighbours are add/remove-one record. Each record belongs to exactly one
-// teacher's part (optim/pate.hpp), so one record changes at most one teacher's
+// teacher's part (optim/pate/teachers.hpp), so one record changes at most one teacher's
 // vote on any query: the vote histogram moves by -1 in one class and +1 in
 // another (L2 sensitivity sqrt(2)), and its largest count by at most 1.
 #pragma once

@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "optim/audit_config.hpp"
+#include "optim/audit/audit_config.hpp"
 
 namespace dpgrad::audit {
 

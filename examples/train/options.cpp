@@ -7,8 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "optim/checkpoint.hpp"
-#include "optim/clip_spec.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
+#include "optim/clipping/clip_spec.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::train {

@@ -21,7 +21,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "optim/checkpoint.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {

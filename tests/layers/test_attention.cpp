@@ -10,8 +10,8 @@
 #include "engine/tape.hpp"
 #include "layers/attention.hpp"
 #include "layers/models.hpp"
-#include "optim/check_per_sample.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/check_per_sample.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "support/check.hpp"
 #include "support/jl.hpp"
 

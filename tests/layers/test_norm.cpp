@@ -13,8 +13,8 @@
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
 #include "layers/norm.hpp"
-#include "optim/check_per_sample.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/check_per_sample.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "support/check.hpp"
 #include "support/jl.hpp"
 

@@ -12,7 +12,7 @@
 #include "layers/dense.hpp"
 #include "layers/norm.hpp"
 #include "layers/scattering.hpp"
-#include "optim/check_per_sample.hpp"
+#include "optim/clipping/check_per_sample.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;

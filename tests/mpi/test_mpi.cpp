@@ -19,10 +19,10 @@
 #include "engine/random.hpp"
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "optim/dp_optimizer.hpp"
-#include "optim/private_trainer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/run/private_trainer.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "support/key_store.hpp"
 
@@ -270,7 +270,10 @@ TEST_CASE("ranks whose runs differ in any setting are refused on every rank, nam
       {"delta", [](auto& c, auto&, auto&) { c.delta = 1e-6; }},
       {"target_epsilon", [](auto& c, auto&, auto&) { c.target_epsilon = 8; }},
       {"accountant", [](auto& c, auto&, auto&) { c.accounting = Accounting::rdp; }},
-      {"released_before", [](auto& c, auto&, auto&) { c.released_before.push_back({10.0, 4}); }},
+      {"releases_before", [](auto& c, auto&, auto&) {
+         c.releases.push_back(private_feature_mean<double>(
+             6, 10.0, 1.0, [](const BatchT<double>& r) { return r.inputs; }, [](const ArrayT<double>&) {}));
+       }},
       {"seed", [](auto& c, auto&, auto&) { c.seed = 6; }},
       {"ema", [](auto& c, auto&, auto&) { c.ema = 0.9; }},
       {"sat_rho", [](auto& c, auto&, auto&) { c.sat_rho = 0.1; }},

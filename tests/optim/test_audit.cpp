@@ -4,7 +4,7 @@
 
 #include <doctest/doctest.h>
 
-#include "optim/audit.hpp"
+#include "optim/audit/audit.hpp"
 
 using namespace dpgrad;
 

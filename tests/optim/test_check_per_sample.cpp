@@ -7,7 +7,7 @@
 #include "engine/ops.hpp"
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
-#include "optim/check_per_sample.hpp"
+#include "optim/clipping/check_per_sample.hpp"
 #include "support/batches.hpp"
 #include "support/check.hpp"
 

@@ -7,9 +7,9 @@
 #include <doctest/doctest.h>
 
 #include "layers/dense.hpp"
-#include "optim/checkpoint.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
 #include "optim/dp_optimizer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "support/check.hpp"
 #include "support/temp_dir.hpp"

@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "layers/models.hpp"
-#include "optim/checkpoint.hpp"
-#include "optim/private_trainer.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
+#include "optim/run/private_trainer.hpp"
 #include "privacy/accountant.hpp"
 #include "support/check.hpp"
 #include "support/temp_dir.hpp"
@@ -365,7 +365,7 @@ TEST_CASE("checkpoint keys: an older copy is refused; a missing key says why; on
   // a key store without the run's key: refused, saying why
   test::TempDir other("dpgrad-other-store");
   fs::permissions(other.path, fs::perms::owner_all);
-  run.config.key_store = other.path;
+  run.config.checkpoints.key_store = other.path;
   const std::string missing = resumed_epsilon(run, ck);
   CHECK(missing.find("is not in the key store") != std::string::npos);
   // a key store open to other users is refused

@@ -12,7 +12,7 @@
 #include "engine/ops.hpp"
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "support/check.hpp"
 #include "support/jl.hpp"
 

@@ -10,7 +10,7 @@
 #include "engine/random.hpp"
 #include "layers/dense.hpp"
 #include "optim/dp_optimizer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "support/check.hpp"
 

@@ -7,8 +7,8 @@
 
 #include "engine/ops.hpp"
 #include "layers/embedding.hpp"
-#include "optim/check_per_sample.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/check_per_sample.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "support/batches.hpp"
 #include "support/check.hpp"
 

@@ -1,4 +1,4 @@
-// PATE's teachers (optim/pate.hpp): the partition puts one record in one part,
+// PATE's teachers (optim/pate/teachers.hpp): the partition puts one record in one part,
 // whatever the other records; the votes count one per teacher; and a predicted
 // class is the largest output.
 #include <algorithm>
@@ -10,8 +10,8 @@
 
 #include "engine/random.hpp"
 #include "layers/models.hpp"
-#include "optim/pate.hpp"
-#include "optim/private_trainer.hpp"
+#include "optim/pate/teachers.hpp"
+#include "optim/run/private_trainer.hpp"
 
 using namespace dpgrad;
 

@@ -15,8 +15,8 @@
 #include "engine/random.hpp"
 #include "layers/losses.hpp"
 #include "layers/models.hpp"
-#include "optim/check_per_sample.hpp"
-#include "optim/private_trainer.hpp"
+#include "optim/clipping/check_per_sample.hpp"
+#include "optim/run/private_trainer.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 #include "privacy/mechanisms.hpp"
@@ -206,7 +206,20 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
   FastRng data(21);
   const BatchT<double> train = separable<double>(1000, data);
   test::TempDir dir("dpgrad-prior");
-  auto config = [](std::vector<PriorRelease> before) {
+  // a release of 24 values: each record's 8 features, three times over
+  std::vector<ArrayT<double>> seen;
+  auto release = [&](double sigma, std::size_t dimension = 24) {
+    return private_feature_mean<double>(
+        dimension, 1.0, sigma,
+        [dimension](const BatchT<double>& r) {
+          ArrayT<double> rows = ArrayT<double>::from_shape({r.examples(), dimension});
+          for (std::size_t i = 0; i < r.examples(); ++i)
+            for (std::size_t k = 0; k < dimension; ++k) rows(i, k) = r.inputs(i, k % 8);
+          return rows;
+        },
+        [&seen](const ArrayT<double>& m) { seen.push_back(m); });
+  };
+  auto config = [](std::vector<ReleaseBeforeTrainingT<double>> before) {
     PrivateTrainingConfigT<double> c;
     c.target_epsilon = 2;
     c.delta = 1e-5;
@@ -214,10 +227,10 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
     c.batch_size = 50;
     c.reproducible_noise = true;
     c.seed = 5;
-    c.released_before = std::move(before);
+    c.releases = std::move(before);
     return c;
   };
-  const PriorRelease mean_release{4.0, 24};
+  const auto mean_release = release(4.0);
   FastRng init_a(22), init_b(22);
   auto plain_model = make_mlp<double>({8, 3}, Activation::relu, init_a);
   auto model = make_mlp<double>({8, 3}, Activation::relu, init_b);
@@ -245,6 +258,10 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
   for (int i = 0; i < 5; ++i) t->step();
   CHECK(t->accountant()->total_steps() == 6);
   t->save(dir.path, nlohmann::json::object());
+  // the release was handed to its user once, and is the noisy mean of the rows
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].size() == 24);
+  const ArrayT<double> released = seen[0];
   const double epsilon = t->epsilon();
   t.reset();  // the run's process ends (it held the run's key): another may continue it
   {  // resumes with the same release: the ledger is taken as it is, not added to
@@ -255,14 +272,17 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
     CHECK(r.steps_done() == 5);
     CHECK(r.accountant()->total_steps() == 6);
     CHECK(r.epsilon() == doctest::Approx(epsilon).epsilon(1e-12));
+    // taken from the checkpoint, not computed again
+    REQUIRE(seen.size() == 2);
+    CHECK(seen[1] == released);
   }
-  for (const std::vector<PriorRelease>& other :
-       {std::vector<PriorRelease>{}, {{8.0, 24}}, {mean_release, mean_release}}) {
+  for (const std::vector<ReleaseBeforeTrainingT<double>>& other :
+       {std::vector<ReleaseBeforeTrainingT<double>>{}, {release(8.0)}, {release(4.0, 16)}}) {
     FastRng init(24);
     auto again = make_mlp<double>({8, 3}, Activation::relu, init);
     SgdT<double> sgd(again->parameters(), 0.1);
     CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*again, sgd, train, config(other), dir.path),
-                         doctest::Contains("the checkpoint's ledger"), std::invalid_argument);
+                         doctest::Contains("releases_before"), std::invalid_argument);
   }
   // refused: a bad release, a run without a ledger, an accountant that cannot compose it
   auto refused = [&](PrivateTrainingConfigT<double> c, const char* why) {
@@ -271,11 +291,12 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
     SgdT<double> sgd(m->parameters(), 0.1);
     CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*m, sgd, train, c), doctest::Contains(why), std::invalid_argument);
   };
-  refused(config({{0.0, 24}}), "noise multiplier > 0");
-  refused(config({{4.0, 0}}), "at least one draw");
+  refused(config({release(0.0)}), "noise multiplier > 0");
+  refused(config({release(4.0, 0)}), "needs a dimension");
+  refused(config({mean_release, mean_release}), "two releases before training are called");
   PrivateTrainingConfigT<double> non_private;
   non_private.non_private = true;
-  non_private.released_before = {mean_release};
+  non_private.releases = {mean_release};
   refused(non_private, "non-private run");
   PrivateTrainingConfigT<double> fixed = config({mean_release});
   fixed.sampling = Sampling::fixed;
@@ -324,8 +345,11 @@ TEST_CASE("private trainer: non-private runs and evaluation") {
   CHECK(std::isinf(t.epsilon()));
   const Evaluation before = t.evaluate(test);
   long epochs = 0;
-  t.train([&](long e) { epochs = e; });
+  TrainHooksT<double> hooks;
+  hooks.on_epoch = [&](const EpochReport& e) { epochs = e.epoch; };
+  const TrainResult r = t.train(hooks);
   CHECK(epochs == 15);
+  CHECK(r.status == RunStatus::complete);
   const Evaluation after = t.evaluate(test);
   CAPTURE(before.loss);
   CAPTURE(after.loss);

@@ -13,9 +13,9 @@
 #include "engine/random.hpp"
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
-#include "optim/check_per_sample.hpp"
-#include "optim/clipping.hpp"
-#include "optim/private_trainer.hpp"
+#include "optim/clipping/check_per_sample.hpp"
+#include "optim/clipping/clipping.hpp"
+#include "optim/run/private_trainer.hpp"
 #include "support/batches.hpp"
 #include "support/check.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <doctest/doctest.h>
 
-#include "privacy/audit.hpp"
+#include "privacy/audit_statistics.hpp"
 #include "support/check.hpp"
 
 using dpgrad::privacy::audit_epsilon;

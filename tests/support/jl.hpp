@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "optim/clipping.hpp"
+#include "optim/clipping/clipping.hpp"
 
 namespace dpgrad::test {
 

@@ -1,4 +1,4 @@
-// A key store for checkpoint keys (optim/checkpoint_key.hpp) private to one
+// A key store for checkpoint keys (optim/checkpoint/checkpoint_key.hpp) private to one
 // test process: a fresh folder of mode 0700 named by DPGRAD_KEY_STORE while the
 // object lives, removed with its keys afterwards.
 #pragma once

@@ -1,5 +1,5 @@
-// The audit's statistics (privacy/audit.hpp, docs/audit.md).
-#include "privacy/audit.hpp"
+// The audit's statistics (privacy/audit_statistics.hpp, docs/audit.md).
+#include "privacy/audit_statistics.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// PATE's teachers (optim/pate.hpp, docs/pate.md).
-#include "optim/pate.hpp"
+// PATE's teachers (optim/pate/teachers.hpp, docs/pate.md).
+#include "optim/pate/teachers.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "optim/optimizer.hpp"
-#include "optim/private_trainer.hpp"
+#include "optim/run/private_trainer.hpp"
 
 namespace dpgrad {
 

@@ -1,8 +1,8 @@
-// The checkpoint key store (optim/checkpoint_key.hpp, docs/checkpoints.md).
+// The checkpoint key store (optim/checkpoint/checkpoint_key.hpp, docs/checkpoints.md).
 // Layout: STORE/RUN.key (JSON: the key and the high-water mark, mode 0600,
 // replaced atomically) and STORE/RUN.lock (held with flock by the one process
 // continuing the run).
-#include "optim/checkpoint_key.hpp"
+#include "optim/checkpoint/checkpoint_key.hpp"
 
 #include <fcntl.h>
 #include <sodium.h>
@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "engine/json.hpp"
-#include "optim/checkpoint.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
 
 namespace dpgrad {
 

@@ -1,5 +1,5 @@
 // Clipping strategy names: see clip_spec.hpp.
-#include "optim/clip_spec.hpp"
+#include "optim/clipping/clip_spec.hpp"
 
 #include <stdexcept>
 

@@ -1,5 +1,5 @@
 // check_per_sample: the per-example loop as the oracle for every exact route.
-#include "optim/check_per_sample.hpp"
+#include "optim/clipping/check_per_sample.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "engine/per_sample.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "privacy/accountant.hpp"
 
 namespace dpgrad {

@@ -1,5 +1,5 @@
-// The clipping strategies of optim/clipping.hpp.
-#include "optim/clipping.hpp"
+// The clipping strategies of optim/clipping/clipping.hpp.
+#include "optim/clipping/clipping.hpp"
 
 #include <cmath>
 #include <limits>
@@ -420,7 +420,16 @@ ArrayT<T> jl_projections(ModelT<T>& model, const BatchT<T>& batch, const std::ve
 
 template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch) {
-  const ClipSpec s = parse_clip_spec(spec);
+  return make_clip_strategy<T>(parse_clip_spec(spec), expected_batch);
+}
+
+template <class T>
+std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const ClipSpec& s, double expected_batch) {
+  if (s.kind == ClipSpec::Kind::jl && (s.directions < 1 || s.directions > kMaxJlDirections || s.chunk < 0))
+    throw std::invalid_argument("jl:K needs K in [1, " + std::to_string(kMaxJlDirections) + "] and a chunk >= 0, got K " +
+                                std::to_string(s.directions) + ", chunk " + std::to_string(s.chunk));
+  if (s.kind == ClipSpec::Kind::microbatch && s.group_size < 1)
+    throw std::invalid_argument("microbatch:M needs M >= 1, got " + std::to_string(s.group_size));
   switch (s.kind) {
     case ClipSpec::Kind::none: return std::make_unique<NoneStrategy<T>>();
     case ClipSpec::Kind::naive: return std::make_unique<NaiveStrategy<T>>();
@@ -431,8 +440,45 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, do
       if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");
       return std::make_unique<MicrobatchStrategy<T>>(s.group_size, expected_batch);
   }
-  throw std::invalid_argument("unknown clip strategy '" + spec + "'");
+  throw std::invalid_argument("unknown clip strategy");
 }
+
+namespace clipping {
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> naive() {
+  return make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::naive});
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> vanilla() {
+  return make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::vanilla});
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> ghost() {
+  return make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::ghost});
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> jl(int k, int chunk) {
+  ClipSpec s{ClipSpec::Kind::jl};
+  s.directions = k;
+  s.chunk = chunk;
+  return make_clip_strategy<T>(s);
+}
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> microbatch(int m, double expected_batch) {
+  ClipSpec s{ClipSpec::Kind::microbatch};
+  s.group_size = m;
+  return make_clip_strategy<T>(s, expected_batch);
+}
+#define DPGRAD_CLIPPING(T)                                                  \
+  template std::shared_ptr<ClipStrategyT<T>> naive<T>();                    \
+  template std::shared_ptr<ClipStrategyT<T>> vanilla<T>();                  \
+  template std::shared_ptr<ClipStrategyT<T>> ghost<T>();                    \
+  template std::shared_ptr<ClipStrategyT<T>> jl<T>(int, int);               \
+  template std::shared_ptr<ClipStrategyT<T>> microbatch<T>(int, double);
+DPGRAD_CLIPPING(float)
+DPGRAD_CLIPPING(double)
+#undef DPGRAD_CLIPPING
+}  // namespace clipping
 
 template float clip_factor<float>(double, double, std::size_t);
 template double clip_factor<double>(double, double, std::size_t);
@@ -449,5 +495,7 @@ template ArrayT<float> jl_projections(ModelT<float>&, const BatchT<float>&, cons
 template ArrayT<double> jl_projections(ModelT<double>&, const BatchT<double>&, const std::vector<ArrayT<double>>&);
 template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::string&, double);
 template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const std::string&, double);
+template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const ClipSpec&, double);
+template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const ClipSpec&, double);
 
 }  // namespace dpgrad

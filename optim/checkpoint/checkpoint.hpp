@@ -10,7 +10,7 @@
 // flushed to disk, manifest.json (the run's id, the step, sizes and BLAKE2b
 // hashes of all files) and its MAC are written last, the directory is renamed
 // into place and only then `latest` is replaced (temp file + rename); then the
-// run's high-water mark in the key store moves up (optim/checkpoint_key.hpp).
+// run's high-water mark in the key store moves up (optim/checkpoint/checkpoint_key.hpp).
 // A process killed at any moment leaves `latest` naming a complete checkpoint,
 // or no `latest` at all. Files are written with mode 0600, folders 0700, and
 // read without following a symbolic link anywhere below DIR.
@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tensor.hpp"
-#include "optim/checkpoint_key.hpp"
+#include "optim/checkpoint/checkpoint_key.hpp"
 
 namespace dpgrad {
 

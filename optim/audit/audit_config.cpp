@@ -1,10 +1,10 @@
 // Audit settings: see audit_config.hpp.
-#include "optim/audit_config.hpp"
+#include "optim/audit/audit_config.hpp"
 
 #include <cmath>
 #include <stdexcept>
 
-#include "optim/clip_spec.hpp"
+#include "optim/clipping/clip_spec.hpp"
 
 namespace dpgrad {
 

@@ -1,5 +1,5 @@
 // Checkpoints: see checkpoint.hpp.
-#include "optim/checkpoint.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -19,9 +19,9 @@
 
 #include "engine/json.hpp"
 #include "engine/random.hpp"
-#include "optim/npy.hpp"
+#include "optim/checkpoint/npy.hpp"
 #include "optim/optimizer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 
 namespace dpgrad {

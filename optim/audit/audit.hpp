@@ -3,7 +3,7 @@
 // and without a canary (an example whose gradient is far above the clipping
 // norm), and a threshold test on the released update along the canary's
 // gradient gives a lower bound on epsilon that holds with high confidence
-// (privacy/audit.hpp). Deliberately broken mechanisms (AuditFault) show that the
+// (privacy/audit_statistics.hpp). Deliberately broken mechanisms (AuditFault) show that the
 // audit catches what it should; they exist for testing the audit only.
 #pragma once
 
@@ -11,8 +11,8 @@
 #include <functional>
 #include <string>
 
-#include "optim/audit_config.hpp"
-#include "privacy/audit.hpp"
+#include "optim/audit/audit_config.hpp"
+#include "privacy/audit_statistics.hpp"
 
 namespace dpgrad {
 

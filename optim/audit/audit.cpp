@@ -1,5 +1,5 @@
-// Privacy audit runs (optim/audit.hpp, docs/audit.md).
-#include "optim/audit.hpp"
+// Privacy audit runs (optim/audit/audit.hpp, docs/audit.md).
+#include "optim/audit/audit.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -12,10 +12,10 @@
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
 #include "layers/models.hpp"
-#include "optim/clipping.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/optimizer.hpp"
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/mechanisms.hpp"
 

@@ -1,5 +1,5 @@
-// The npy reading checkpoints need (optim/npy.hpp).
-#include "optim/npy.hpp"
+// The npy reading checkpoints need (optim/checkpoint/npy.hpp).
+#include "optim/checkpoint/npy.hpp"
 
 #include <cctype>
 #include <cstring>

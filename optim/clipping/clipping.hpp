@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "layers/module.hpp"
-#include "optim/clip_spec.hpp"
+#include "optim/clipping/clip_spec.hpp"
 
 namespace dpgrad {
 
@@ -51,12 +51,32 @@ class ClipStrategyT {
   virtual bool shards_across_processes() const { return true; }
 };
 
-/// "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C" (C directions per pass
-/// along the tape; jl:K picks C from the tape's size), "microbatch:M" (throws on
-/// others).
-/// `expected_batch` fixes the number of microbatches of microbatch:M.
+/// The strategy `spec` describes; `expected_batch` fixes the number of
+/// microbatches of microbatch:M. Throws std::invalid_argument on a bad spec.
+template <class T>
+std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const ClipSpec& spec, double expected_batch = 0);
+/// The same from its text: "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C"
+/// (C directions per pass along the tape; jl:K picks C from the tape's size),
+/// "microbatch:M" (parse_clip_spec; throws on others).
 template <class T>
 std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, double expected_batch = 0);
+
+/// Typed clipping strategies.
+namespace clipping {
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> naive();
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> vanilla();
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> ghost();
+/// K random projections per example (DP-SGD-JL); `chunk` directions per pass (0: automatic).
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> jl(int k, int chunk = 0);
+/// Microbatches of M examples each (TF Privacy's microbatches): ceil(expected_batch / M)
+/// microbatches a step, each clipped as one contribution (sensitivity 2C).
+template <class T = float>
+std::shared_ptr<ClipStrategyT<T>> microbatch(int m, double expected_batch);
+}  // namespace clipping
 
 template <class T>
 class TapeT;

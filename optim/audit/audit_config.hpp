@@ -1,4 +1,4 @@
-// The settings of a privacy audit (optim/audit.hpp, docs/audit.md), and their
+// The settings of a privacy audit (optim/audit/audit.hpp, docs/audit.md), and their
 // checks, apart from the audit itself: programs check them before any work.
 #pragma once
 

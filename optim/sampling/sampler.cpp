@@ -1,5 +1,5 @@
 // Samplers: see sampler.hpp.
-#include "optim/sampler.hpp"
+#include "optim/sampling/sampler.hpp"
 
 #include <algorithm>
 #include <cmath>
