@@ -9,7 +9,7 @@
 #   bench/mpi_scaling.sh [BUILD_DIR] [STEPS] [REPEATS] [PHYSICAL]
 set -euo pipefail
 build=${1:-build} steps=${2:-4} repeats=${3:-3} physical=${4:-256}
-train=$build/examples/dpgrad-train
+train=$build/programs/dpgrad-train
 command -v mpirun >/dev/null || { echo "mpirun not found (./dev deps installs openmpi-bin)" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 field() { grep '"final":true' | sed -E "s/.*\"$1\":([^,}]*).*/\1/"; }

@@ -1,7 +1,7 @@
 // libFuzzer harness: dpgrad-account's option parsing and checks (no accounting).
 #include <stdexcept>
 
-#include "examples/account/options.hpp"
+#include "programs/account/options.hpp"
 #include "fuzz/cli_args.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

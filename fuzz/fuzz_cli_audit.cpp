@@ -1,7 +1,7 @@
 // libFuzzer harness: dpgrad-audit's option parsing and checks (no trials).
 #include <stdexcept>
 
-#include "examples/audit/options.hpp"
+#include "programs/audit/options.hpp"
 #include "fuzz/cli_args.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

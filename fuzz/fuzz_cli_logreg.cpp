@@ -1,7 +1,7 @@
 // libFuzzer harness: dpgrad-logreg's option parsing and checks (no data read).
 #include <stdexcept>
 
-#include "examples/logreg/options.hpp"
+#include "programs/logreg/options.hpp"
 #include "fuzz/cli_args.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

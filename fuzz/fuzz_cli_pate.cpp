@@ -1,7 +1,7 @@
 // libFuzzer harness: dpgrad-pate's option parsing and checks (no data read).
 #include <stdexcept>
 
-#include "examples/pate/options.hpp"
+#include "programs/pate/options.hpp"
 #include "fuzz/cli_args.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -3,7 +3,7 @@
 // may crash, exit or throw anything else.
 #include <stdexcept>
 
-#include "examples/train/options.hpp"
+#include "programs/train/options.hpp"
 #include "fuzz/cli_args.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

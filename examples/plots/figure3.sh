@@ -8,7 +8,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-account=${1:-$root/build/examples/dpgrad-account}
+account=${1:-$root/build/programs/dpgrad-account}
 out=${2:-$here/figure3.png}
 dat=${out%.png}.dat
 

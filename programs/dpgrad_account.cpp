@@ -27,7 +27,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/account/options.hpp"
+#include "programs/account/options.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 #include "privacy/gdp.hpp"

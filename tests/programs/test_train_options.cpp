@@ -5,7 +5,7 @@
 
 #include <doctest/doctest.h>
 
-#include "examples/train/options.hpp"
+#include "programs/train/options.hpp"
 
 using dpgrad::train::parse_train_options;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/random.hpp"
-#include "examples/logreg/logreg.hpp"
+#include "programs/logreg/logreg.hpp"
 
 using namespace dpgrad;
 using namespace dpgrad::logreg;

@@ -1,5 +1,5 @@
-// dpgrad-audit's options (examples/audit/options.hpp).
-#include "examples/audit/options.hpp"
+// dpgrad-audit's options (programs/audit/options.hpp).
+#include "programs/audit/options.hpp"
 
 #include <string>
 

@@ -1,5 +1,5 @@
-// dpgrad-train's output helpers (examples/train/report.hpp).
-#include "examples/train/report.hpp"
+// dpgrad-train's output helpers (programs/train/report.hpp).
+#include "programs/train/report.hpp"
 
 #include <unistd.h>
 

@@ -17,7 +17,7 @@
 #include "data/idx.hpp"
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
-#include "examples/pate/options.hpp"
+#include "programs/pate/options.hpp"
 #include "layers/models.hpp"
 #include "optim/pate/teachers.hpp"
 #include "optim/run/private_trainer.hpp"

@@ -15,8 +15,8 @@
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "data/idx.hpp"
-#include "examples/logreg/logreg.hpp"
-#include "examples/logreg/options.hpp"
+#include "programs/logreg/logreg.hpp"
+#include "programs/logreg/options.hpp"
 
 using namespace dpgrad;
 using json = nlohmann::json;

@@ -14,7 +14,7 @@
 
 #include "optim/audit/audit.hpp"
 #include "privacy/accountant.hpp"
-#include "examples/audit/options.hpp"
+#include "programs/audit/options.hpp"
 
 using namespace dpgrad;
 

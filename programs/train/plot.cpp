@@ -1,5 +1,5 @@
-// dpgrad-train's plot (examples/train/plot.hpp): gnuplot run as a child process.
-#include "examples/train/plot.hpp"
+// dpgrad-train's plot (programs/train/plot.hpp): gnuplot run as a child process.
+#include "programs/train/plot.hpp"
 
 #include <spawn.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
-// dpgrad-logreg's options (examples/logreg/options.hpp).
-#include "examples/logreg/options.hpp"
+// dpgrad-logreg's options (programs/logreg/options.hpp).
+#include "programs/logreg/options.hpp"
 
 #include <cmath>
 #include <stdexcept>

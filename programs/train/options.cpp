@@ -1,5 +1,5 @@
-// dpgrad-train's options (examples/train/options.hpp).
-#include "examples/train/options.hpp"
+// dpgrad-train's options (programs/train/options.hpp).
+#include "programs/train/options.hpp"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,5 +1,5 @@
-// dpgrad-pate's options (examples/pate/options.hpp).
-#include "examples/pate/options.hpp"
+// dpgrad-pate's options (programs/pate/options.hpp).
+#include "programs/pate/options.hpp"
 
 #include <cmath>
 #include <stdexcept>

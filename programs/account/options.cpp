@@ -1,5 +1,5 @@
-// dpgrad-account's options (examples/account/options.hpp).
-#include "examples/account/options.hpp"
+// dpgrad-account's options (programs/account/options.hpp).
+#include "programs/account/options.hpp"
 
 #include <cmath>
 

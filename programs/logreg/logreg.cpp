@@ -1,7 +1,7 @@
 // Logistic regression by damped Newton's method (GEMMs through OpenBLAS, our
 // own Cholesky), the unit-ball feature map, the two-class data sets, and output
 // perturbation (Chaudhuri, Monteleoni, Sarwate 2011) with a run over epsilons.
-#include "examples/logreg/logreg.hpp"
+#include "programs/logreg/logreg.hpp"
 
 #include <algorithm>
 #include <chrono>
