@@ -412,7 +412,7 @@ TEST_CASE("dpgrad-train: what a run needs is checked before any step; silent val
       {" --train-limit 1000", {}},  // fine: the control
       {" --epoch-fraction 0.5", {"--epoch-fraction applies to --sampler shuffle only"}},
       {" --allow-no-noise --target-epsilon 1", {"--allow-no-noise goes with --noise-multiplier 0"}},
-      {" --clip-norm 1e308", {"--clip-norm must be in (0, 1e6]"}},
+      {" --clip-norm 1e308", {"--clip-norm must be in [1e-12, 1e6]"}},
       {" --weight-decay inf", {"--weight-decay must be finite"}},
       {" --batch-size -1", {"--batch-size", "must be a whole number >= 0, got '-1'"}},
       {" --max-steps -5", {"--max-steps", "must be a whole number"}},
