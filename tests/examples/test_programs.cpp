@@ -346,11 +346,11 @@ TEST_CASE("dpgrad-account: gdp is labelled an approximation, beside the pld uppe
   Run r = run(account + ok_args + " --accountant gdp --json");
   REQUIRE(r.status == 0);
   auto j = last_json(r.out);
-  CHECK(j.contains("approximation"));
-  REQUIRE(j.contains("upper_bound_epsilon"));
-  CHECK(j["upper_bound_epsilon"].get<double>() > 0);
+  CHECK(j.contains("approximate_epsilon_label"));
+  REQUIRE(j.contains("approximate_epsilon"));
+  CHECK(j["epsilon"].get<double>() > 0);
   Run t = run(account + ok_args + " --accountant gdp");
-  CHECK(t.out.find("not an upper bound") != std::string::npos);
+  CHECK(t.out.find("NOT an upper bound") != std::string::npos);
   CHECK(t.out.find("pld: privacy loss distribution, an upper bound") != std::string::npos);
 }
 
