@@ -219,7 +219,7 @@ TEST_CASE("dpgrad-train: exploding parameters stop the run, release nothing, and
   CHECK_FALSE(contains(p.out, "test accuracy"));
   const Run j = run_argv(quick_train({"--optimizer", "dp-sgd", "--noise-multiplier", "1", "--lr", "1e20", "--json"}));
   CHECK(j.status == 2);
-  const auto row = last_json(j.out);
+  auto row = last_json(j.out);
   CHECK(row["diverged"] == true);
   CHECK(row["epsilon"].get<double>() > 0);
   CHECK_FALSE(row.contains("test_accuracy"));
@@ -280,7 +280,7 @@ TEST_CASE("dpgrad-account: a huge noise multiplier gives a tiny epsilon, never i
     const Run r = run_argv({account, "--dataset-size", "60000", "--batch-size", "256", "--noise-multiplier", sigma,
                             "--epochs", "1", "--delta", "1e-5", "--json"});
     REQUIRE(r.status == 0);
-    const auto e = last_json(r.out)["epsilon"];
+    auto e = last_json(r.out)["epsilon"];
     REQUIRE(e.is_number());
     CHECK(e.get<double>() <= prev);
     CHECK(e.get<double>() < 1e-6);
@@ -290,16 +290,16 @@ TEST_CASE("dpgrad-account: a huge noise multiplier gives a tiny epsilon, never i
 
 TEST_CASE("dpgrad-account: gdp's \"epsilon\" is the sound bound; the CLT figure has its own labelled key") {
   const std::string args = " --dataset-size 60000 --batch-size 256 --noise-multiplier 1.1 --epochs 3 --delta 1e-5 --json";
-  const auto pld = last_json(run_shell(account + args + " --accountant pld").out);
-  const auto gdp = last_json(run_shell(account + args + " --accountant gdp").out);
+  auto pld = last_json(run_shell(account + args + " --accountant pld").out);
+  auto gdp = last_json(run_shell(account + args + " --accountant gdp").out);
   REQUIRE(pld["epsilon"].is_number());
   CHECK(gdp["epsilon"] == pld["epsilon"]);
   CHECK(gdp["accountant"] == "pld");
   REQUIRE(gdp["approximate_epsilon"].is_number());
   CHECK(gdp["approximate_epsilon"].get<double>() < gdp["epsilon"].get<double>());
   CHECK(contains(gdp["approximate_epsilon_label"].get<std::string>(), "NOT an upper bound"));
-  const auto curve = last_json(run_shell(account + args + " --accountant gdp --curve").out);
-  const auto pld_curve = last_json(run_shell(account + args + " --accountant pld --curve").out);
+  auto curve = last_json(run_shell(account + args + " --accountant gdp --curve").out);
+  auto pld_curve = last_json(run_shell(account + args + " --accountant pld --curve").out);
   CHECK(curve["epsilon"] == pld_curve["epsilon"]);
   CHECK(curve["approximate_epsilon"].size() == 3);
   const Run text = run_shell(account + " --dataset-size 60000 --batch-size 256 --noise-multiplier 1.1 --epochs 3 "
@@ -324,7 +324,7 @@ TEST_CASE("dpgrad-logreg: only noised releases are shown, composed into one epsi
                                       "--test-size", "200", "--epsilons", "0.5,1,2", "--repeats", "4"};
   Run j = run_argv([&] { auto a = base; a.push_back("--json"); return a; }());
   REQUIRE(j.status == 0);
-  const auto r = last_json(j.out);
+  auto r = last_json(j.out);
   CHECK(r["epsilon_total"].get<double>() == doctest::Approx(4 * (0.5 + 1 + 2)));
   CHECK(r["releases"] == 12);
   CHECK_FALSE(r.contains("non_private"));
