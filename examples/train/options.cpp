@@ -103,7 +103,7 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
     const std::string why = " has no effect in a non-private run (--optimizer " + o.optimizer +
                             ": no clipping, no noise, no accountant, batches shuffled); leave it out, or use a dp-* "
                             "optimizer";
-    for (const char* flag : {"clip-norm", "delta", "accountant", "epoch-fraction", "physical-batch-size"})
+    for (const char* flag : {"clip-norm", "delta", "accountant", "epoch-fraction"})
       require(given.count(flag) == 0, std::string("--") + flag + why);
     require(given.count("clip-strategy") == 0 || o.strategy == "none", "--clip-strategy " + o.strategy + why);
     require(given.count("sampler") == 0 || o.sampler == "shuffle", "--sampler " + o.sampler + why);
