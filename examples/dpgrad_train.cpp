@@ -449,7 +449,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   auto stop_diverged = [&](const DivergedError& e, long at) {
     const bool with_eps = dp && sigma > 0;
     const double spent = with_eps ? trainer.epsilon() : INFINITY;
-    std::string message = fmt::format("{} at step {}; the run stops and releases nothing of it{}", e.what(), at,
+    std::string message = fmt::format("step {}: {}; the run stops and releases nothing of it{}", at, e.what(),
                                       with_eps ? fmt::format("; epsilon spent {} (delta {:g}, {} accountant, {} "
                                                              "neighbours), that step included",
                                                              fmt_eps(spent), delta, o.accountant,
