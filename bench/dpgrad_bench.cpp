@@ -46,6 +46,7 @@
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
 #include "bench/options.hpp"
+#include "programs/cli.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
 #include "optim/dp_optimizer.hpp"
@@ -323,16 +324,18 @@ std::string peer_comparison(const SpeedBlock& b) {
 class Reporter {
  public:
   explicit Reporter(bool json_out) : json_(json_out) {}
-  /// Human output: stdout, or stderr when stdout carries JSON lines.
+  /// Human output: stdout, or stderr when stdout carries JSON lines. A line
+  /// that does not reach stdout stops the run (check_standard_output).
   template <class... A>
   void say(fmt::format_string<A...> f, A&&... a) {
     fmt::print(json_ ? stderr : stdout, f, std::forward<A>(a)...);
-    std::fflush(json_ ? stderr : stdout);
+    if (json_) std::fflush(stderr);
+    else check_standard_output();
   }
   void emit(const json& j) {
     if (json_) {
       fmt::print("{}\n", j.dump());
-      std::fflush(stdout);
+      check_standard_output();
     }
   }
 
@@ -696,10 +699,7 @@ void write_markdown(const std::string& path, const std::string& command, const s
                         r.failure.empty() ? "-" : r.failure, r.probes, r.seconds, fit_target(r, none));
     }
   }
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write " + path);
-  out << md.str();
-  if (!out) throw std::runtime_error("error writing " + path);
+  write_output_file(path, md.str(), "--markdown");
 }
 
 // ---------------------------------------------------------------- suites
@@ -778,6 +778,7 @@ int run_noise_cost(const Options& o) {
 }
 
 int run(Options o, const std::string& command, const std::set<std::string>& given) {
+  if (!o.markdown.empty()) require_output_file(o.markdown, "--markdown");  // before any measurement
   auto t0 = std::chrono::steady_clock::now();
   const std::string load = load_average();
   if (o.threads > 0) blas::set_threads(o.threads);
@@ -787,7 +788,15 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
   auto add_speed = [&](const Options& p) {
     check_bench_options(p);
     for (const auto& m : p.models)
-      for (auto b : p.batches) speed.push_back(run_speed(p, m, b, rep));
+      for (auto b : p.batches) {
+        try {
+          speed.push_back(run_speed(p, m, b, rep));
+        } catch (const std::bad_alloc&) {
+          throw std::runtime_error(fmt::format("out of memory preparing {} at --batch {}: the reference matrix "
+                                               "products of one step alone do not fit; lower --batch (--max-batch "
+                                               "finds the largest batch each method runs)", m, b));
+        }
+      }
   };
   auto add_fit = [&](const Options& p) {
     check_bench_options(p);
@@ -837,6 +846,7 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto closed = refuse_closed_standard_output("dpgrad-bench")) return *closed;
   keep_freed_memory();  // as dpgrad-train does: every method is timed with the same allocator settings
   Parsed parsed = parse_bench_options(argc, argv);
   if (parsed.exit_code) return *parsed.exit_code;
@@ -845,7 +855,10 @@ int main(int argc, char** argv) {
   if (!o.child.empty()) return run_child(o);
   if (noise_cost) {
     try {
-      return run_noise_cost(o);
+      return finish_standard_output("dpgrad-bench", run_noise_cost(o));
+    } catch (const std::bad_alloc&) {
+      fmt::print(stderr, "dpgrad-bench: error: out of memory at --batch {}; lower --batch\n", o.batches.at(0));
+      return 2;
     } catch (const std::exception& e) {
       fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
       return 2;
@@ -862,7 +875,7 @@ int main(int argc, char** argv) {
   }
   const std::set<std::string>& given = parsed.given;
   try {
-    return run(o, command, given);
+    return finish_standard_output("dpgrad-bench", run(o, command, given));
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
     return 2;

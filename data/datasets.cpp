@@ -1,6 +1,10 @@
 // Datasets by name: see datasets.hpp.
 #include "data/datasets.hpp"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -31,11 +35,20 @@ BatchT<float> from_text(TextDataset d) {
   return b;
 }
 
+std::string join(const std::vector<std::string>& names) {
+  std::string r;
+  for (const auto& n : names) r += (r.empty() ? "" : ", ") + n;
+  return r;
+}
+
 /// `hint` tells how to get the files when one is missing.
 DataSplit images(const IdxPaths& p, const std::string& what, const std::string& hint) {
   for (const std::string* path : {&p.train_images, &p.train_labels, &p.test_images, &p.test_labels}) {
-    std::error_code ec;
-    if (!std::filesystem::exists(*path, ec)) throw DataError(*path + ": no such file; " + hint);
+    struct stat st {};
+    // no entry at all: how to get the files; a broken link or a loop of links: named as such
+    if (::lstat(path->c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
+      throw DataError(*path + ": no such file; " + hint);
+    require_regular_file(*path, "an IDX file");
   }
   DataSplit s;
   s.train = from_images(load_idx(p.train_images, p.train_labels));
@@ -93,7 +106,10 @@ BatchT<float> synthetic_tokens(std::size_t n, std::size_t length, std::size_t vo
   return b;
 }
 
-DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
+namespace {
+
+/// load_dataset without its handling of memory exhaustion.
+DataSplit load(const std::string& spec, const DatasetOptions& o) {
   const bool text_files = spec.rfind("text:", 0) == 0 || spec == "spamassassin";
   if (!o.vocab_file.empty() && !text_files)
     throw std::invalid_argument("a vocabulary file applies to text datasets (text:PATH, spamassassin), not '" + spec +
@@ -119,6 +135,11 @@ DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
   if (spec.rfind("text:", 0) == 0) {
     std::string root = spec.substr(5);
     RawText train = read_text_folder(root + "/train");
+    // the test set's classes are the training set's: a test class folder that train lacks is refused, not skipped
+    for (const std::string& name : class_folders(root + "/test"))
+      if (std::find(train.class_names.begin(), train.class_names.end(), name) == train.class_names.end())
+        throw DataError(root + "/test/" + name + ": a test class folder with no counterpart in " + root +
+                        "/train (its classes: " + join(train.class_names) + ")");
     RawText test = read_text_folder(root + "/test", train.class_names);
     return text(train, test, o, "text folders under " + root);
   }
@@ -141,6 +162,17 @@ DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
   }
   throw std::invalid_argument("unknown dataset '" + spec +
                               "' (fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text)");
+}
+
+}  // namespace
+
+DataSplit load_dataset(const std::string& spec, const DatasetOptions& o) {
+  try {
+    return load(spec, o);
+  } catch (const std::bad_alloc&) {
+    throw DataError(spec + ": out of memory while reading the data set (its files hold more than this machine's "
+                           "memory takes)");
+  }
 }
 
 }  // namespace dpgrad::data

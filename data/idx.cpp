@@ -1,6 +1,7 @@
-// IDX reader and writer on zlib's gz* interface (which reads plain files as-is).
-// Headers are validated before any data is read, and data are read in bounded
-// chunks, so a corrupt header can neither crash nor trigger a huge allocation.
+// IDX reader on zlib's inflate (plain files are read as they are) and writer on
+// its gz* interface. Headers are validated before any data is read, and data are
+// read in bounded chunks, so a corrupt header can neither crash nor trigger a huge
+// allocation.
 #include "data/idx.hpp"
 
 #include <sys/stat.h>
@@ -24,8 +25,15 @@ namespace fs = std::filesystem;
 constexpr std::uint32_t kImagesMagic = 0x00000803;
 constexpr std::uint32_t kLabelsMagic = 0x00000801;
 constexpr std::size_t kChunk = std::size_t{1} << 20;
-// The largest payload we accept (64 GiB): anything bigger is a corrupt header.
-constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 36;
+// The largest payload read from one file (2 GiB of pixels, 8 GiB as floats): a header announcing more
+// is refused before anything is read, naming the size, rather than running out of memory.
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 31;
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / double(std::uint64_t{1} << 30));
+  return buf;
+}
 
 std::string hex32(std::uint32_t v) {
   char buf[16];
@@ -57,39 +65,70 @@ void require_regular_file(const std::string& path, const std::string& what) {
 
 namespace {
 
-/// Owns a gzFile; reads exactly or reports what went wrong.
+/// Reads a plain or gzipped file (told apart by gzip's magic bytes) through
+/// zlib's inflate, so that the end of the compressed data is seen: what follows
+/// the last gzip member is trailing data, refused as a plain file's extra bytes
+/// are. Concatenated gzip members read as one stream, as gzip(1) reads them.
 class GzReader {
  public:
-  explicit GzReader(const std::string& path) : path_(path) {
+  explicit GzReader(const std::string& path) : path_(path), in_(kInput) {
     require_regular_file(path, "an IDX file");
-    f_ = gzopen(path.c_str(), "rb");
+    f_ = std::fopen(path.c_str(), "rb");
     if (f_ == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
-    gzbuffer(f_, 1 << 17);
+    while (available() < 2 && fill()) {
+    }
+    gzip_ = starts_with_magic();
+    if (gzip_ && inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK) fail(path, "cannot start gzip decompression");
   }
   ~GzReader() {
-    if (f_) gzclose(f_);
+    if (gzip_) inflateEnd(&zs_);
+    if (f_) std::fclose(f_);
   }
   GzReader(const GzReader&) = delete;
   GzReader& operator=(const GzReader&) = delete;
 
-  /// Reads up to n bytes into out; returns the count. Throws on a zlib error
-  /// (corrupt or truncated gzip stream).
+  /// Reads up to n bytes into out; returns the count, short only at the end of
+  /// the data. Throws on a corrupt or truncated gzip stream, and on trailing
+  /// bytes after the last gzip member.
   std::size_t read_some(unsigned char* out, std::size_t n) {
     std::size_t got = 0;
     while (got < n) {
-      const unsigned want = static_cast<unsigned>(std::min(n - got, kChunk));
-      const int r = gzread(f_, out + got, want);
-      if (r < 0) check_error();
-      got += static_cast<std::size_t>(r);
-      if (static_cast<unsigned>(r) < want) {
-        check_error();  // a short read: plain EOF, or a gzip stream cut short
-        break;
+      if (!gzip_) {
+        if (available() == 0 && !fill()) break;
+        const std::size_t k = std::min(n - got, available());
+        std::memcpy(out + got, in_.data() + pos_, k);
+        pos_ += k;
+        got += k;
+        continue;
       }
+      if (member_done_) {
+        while (available() < 2 && fill()) {
+        }
+        if (available() == 0) break;  // the file ends after a whole member
+        if (!starts_with_magic())
+          fail(path_, "trailing data: " + std::to_string(count_input_left()) +
+                          " bytes after the end of the gzip stream that are not gzip data (a corrupt or wrong file)");
+        inflateReset(&zs_);
+        member_done_ = false;
+      }
+      if (available() == 0 && !fill()) fail(path_, "truncated gzip stream (unexpected end of compressed data)");
+      zs_.next_in = in_.data() + pos_;
+      zs_.avail_in = static_cast<uInt>(available());
+      zs_.next_out = out + got;
+      zs_.avail_out = static_cast<uInt>(std::min(n - got, kChunk));
+      const uInt before = zs_.avail_out;
+      const int r = inflate(&zs_, Z_NO_FLUSH);
+      pos_ = len_ - zs_.avail_in;
+      got += before - zs_.avail_out;
+      if (r == Z_STREAM_END) member_done_ = true;
+      else if (r == Z_BUF_ERROR && !fill()) fail(path_, "truncated gzip stream (unexpected end of compressed data)");
+      else if (r != Z_OK && r != Z_BUF_ERROR)
+        fail(path_, std::string("corrupt gzip data: ") + (zs_.msg ? zs_.msg : "unknown zlib error " + std::to_string(r)));
     }
     return got;
   }
 
-  /// Counts (and discards) the bytes left in the file.
+  /// Counts (and discards) the bytes left in the data.
   std::uint64_t count_rest() {
     std::vector<unsigned char> buf(1 << 16);
     std::uint64_t n = 0;
@@ -101,19 +140,36 @@ class GzReader {
   }
 
  private:
-  void check_error() {
-    int err = Z_OK;
-    const char* msg = gzerror(f_, &err);
-    if (err == Z_OK || err == Z_STREAM_END) return;
-    if (err == Z_BUF_ERROR) fail(path_, "truncated gzip stream (unexpected end of compressed data)");
-    if (err == Z_ERRNO) fail(path_, std::string("read error: ") + std::strerror(errno));
-    std::string m = msg ? msg : "unknown zlib error";
-    if (m.rfind(path_ + ": ", 0) == 0) m.erase(0, path_.size() + 2);  // gzerror prefixes the path
-    fail(path_, "corrupt gzip data: " + m);
+  static constexpr std::size_t kInput = 1 << 16;
+  std::size_t available() const { return len_ - pos_; }
+  bool starts_with_magic() const { return available() >= 2 && in_[pos_] == 0x1f && in_[pos_ + 1] == 0x8b; }
+  /// Keeps the unread input at the front and reads more after it; false at the end of the file.
+  bool fill() {
+    std::memmove(in_.data(), in_.data() + pos_, available());
+    len_ = available();
+    pos_ = 0;
+    if (len_ == in_.size()) return true;
+    const std::size_t r = std::fread(in_.data() + len_, 1, in_.size() - len_, f_);
+    if (r == 0 && std::ferror(f_)) fail(path_, std::string("read error: ") + std::strerror(errno));
+    len_ += r;
+    return r > 0;
+  }
+  std::uint64_t count_input_left() {
+    std::uint64_t n = available();
+    pos_ = len_;
+    while (fill()) {
+      n += available();
+      pos_ = len_;
+    }
+    return n;
   }
 
   std::string path_;
-  gzFile f_ = nullptr;
+  std::FILE* f_ = nullptr;
+  std::vector<unsigned char> in_;
+  std::size_t pos_ = 0, len_ = 0;
+  bool gzip_ = false, member_done_ = false;
+  z_stream zs_{};
 };
 
 std::uint32_t big_endian32(const unsigned char* p) {
@@ -175,12 +231,17 @@ std::vector<std::uint8_t> read_payload(GzReader& in, const std::string& path, st
   return data;
 }
 
+/// Whether the folder holds an entry of this name (a symbolic link counts, even a broken one).
+bool has_entry(const fs::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
 std::string with_gz_if_present(const std::string& dir, const std::string& name) {
   const fs::path gz = fs::path(dir) / (name + ".gz");
   const fs::path plain = fs::path(dir) / name;
-  std::error_code ec;
-  if (fs::exists(gz, ec)) return gz.string();
-  if (fs::exists(plain, ec)) return plain.string();
+  if (has_entry(gz)) return gz.string();
+  if (has_entry(plain)) return plain.string();
   return gz.string();
 }
 
@@ -238,8 +299,10 @@ IdxImages read_idx_images(const std::string& path) {
   if (rows == 0 || cols == 0)
     fail(path, "bad image size " + std::to_string(rows) + " x " + std::to_string(cols));
   if (rows * cols > kMaxBytes / n)
-    fail(path, "implausible header: " + std::to_string(n) + " images of " + std::to_string(rows) + " x " +
-                   std::to_string(cols) + " would be more than 64 GiB");
+    fail(path, "the header announces " + std::to_string(n) + " images of " + std::to_string(rows) + " x " +
+                   std::to_string(cols) + " pixels, " + gib(double(n) * double(rows) * double(cols)) + " (" +
+                   gib(4.0 * double(n) * double(rows) * double(cols)) +
+                   " as floats): more than the 2 GiB dpgrad reads from one IDX file");
   IdxImages out;
   out.count = static_cast<std::size_t>(n);
   out.rows = static_cast<std::size_t>(rows);
@@ -252,6 +315,9 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& path) {
   GzReader in(path);
   const auto dims = read_header(in, path, kLabelsMagic, "labels");
   if (dims[0] == 0) fail(path, "empty dataset: the header says 0 labels");
+  if (dims[0] > kMaxBytes)
+    fail(path, "the header announces " + std::to_string(dims[0]) + " labels, " + gib(double(dims[0])) +
+                   ": more than the 2 GiB dpgrad reads from one IDX file");
   return read_payload(in, path, dims[0], "label");
 }
 
@@ -302,8 +368,7 @@ ImageDataset load_fashion_mnist(bool train) {
   const std::string& images = train ? p.train_images : p.test_images;
   const std::string& labels = train ? p.train_labels : p.test_labels;
   for (const auto* path : {&images, &labels}) {
-    std::error_code ec;
-    if (!fs::exists(*path, ec)) {
+    if (!has_entry(*path)) {
       const char* env = std::getenv("DPGRAD_FASHION_MNIST");
       const bool custom = env != nullptr && env[0] != '\0';
       throw DataError(*path + ": no such file; Fashion-MNIST not found in " + dir +

@@ -3,6 +3,8 @@
 // word's bytes, a fixed hash key), so two machines give the same ids.
 #include "data/text_folder.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -70,11 +72,20 @@ std::string read_file(const std::filesystem::path& path) {
   require_regular_file(path.string(), "a text file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw DataError(path.string() + ": cannot read: " + std::strerror(errno));
+  auto too_large = [&](const std::string& size) {
+    std::fclose(f);
+    return DataError(path.string() + ": " + size + ", more than the " + std::to_string(kMaxDocumentBytes >> 20) +
+                     " MiB a document may hold (only its first words are used: cut it, or leave it out)");
+  };
+  struct stat st {};
+  if (::fstat(fileno(f), &st) == 0 && std::uintmax_t(st.st_size) > kMaxDocumentBytes)
+    throw too_large(std::to_string(std::uintmax_t(st.st_size)) + " bytes");
   std::string out;
   char buf[1 << 16];
   for (;;) {
     const std::size_t r = std::fread(buf, 1, sizeof(buf), f);
     out.append(buf, r);
+    if (out.size() > kMaxDocumentBytes) throw too_large("more than " + std::to_string(out.size()) + " bytes");
     if (r < sizeof(buf)) break;
   }
   const bool bad = std::ferror(f) != 0;
@@ -259,18 +270,27 @@ Vocabulary Vocabulary::load(const std::string& path) {
 
 // ---------------------------------------------------------------- folders
 
+std::vector<std::string> class_folders(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) throw DataError(dir + ": no such folder");
+  if (!fs::is_directory(dir, ec)) throw DataError(dir + ": not a folder");
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] != '.' && it->is_directory(ec)) names.push_back(name);
+  }
+  if (ec) throw DataError(dir + ": cannot list: " + ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 RawText read_text_folder(const std::string& dir, const std::vector<std::string>& classes) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) throw DataError(dir + ": no such folder");
   if (!fs::is_directory(dir, ec)) throw DataError(dir + ": not a folder");
   RawText raw;
   if (classes.empty()) {
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (!name.empty() && name[0] != '.' && it->is_directory(ec)) raw.class_names.push_back(name);
-    }
-    if (ec) throw DataError(dir + ": cannot list: " + ec.message());
-    std::sort(raw.class_names.begin(), raw.class_names.end());
+    raw.class_names = class_folders(dir);
     if (raw.class_names.empty())
       throw DataError(dir + ": no class folders (expected " + dir + "/<class>/*.txt)");
   } else {

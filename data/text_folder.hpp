@@ -52,7 +52,12 @@ std::int64_t record_id(std::string_view name);
 /// "o'brien"; "'quoted'" gives "quoted"). Every other byte separates words,
 /// including every byte >= 0x80 (so non-UTF-8 input is harmless, and words with
 /// non-ASCII letters are split around them: "café" gives "caf").
-/// The whole file as bytes; DataError naming the file when it cannot be read.
+/// The largest document read_file takes: 64 MiB (a text model keeps its first
+/// few hundred words; a larger file is the wrong one, and would exhaust memory).
+inline constexpr std::uintmax_t kMaxDocumentBytes = std::uintmax_t{64} << 20;
+
+/// The whole file as bytes; DataError naming the file when it cannot be read,
+/// and naming it with its size when it is larger than kMaxDocumentBytes.
 std::string read_file(const std::filesystem::path& path);
 
 std::vector<std::string> tokenize(std::string_view text);
@@ -123,6 +128,10 @@ class Vocabulary {
   };
   std::unordered_map<std::string, std::int32_t, Hash, std::equal_to<>> ids_;
 };
+
+/// The class folders of dir: its subfolders whose names do not start with '.',
+/// sorted by name. Throws DataError when dir is missing, not a folder or unreadable.
+std::vector<std::string> class_folders(const std::string& dir);
 
 /// Reads dir/<class>/*.txt (ids: record_id("<class>/<file name>")). Classes: the given folder names in the given order
 /// (label = position), or when classes is empty every subfolder of dir whose

@@ -1,10 +1,17 @@
 // The fuzzers of the programs' options: the input split on NUL bytes into argv.
+// Every NUL ends a word, so "--momentum\0\0" gives "--momentum" and an empty
+// value; after a parse that went on (no error, no --help), no option that holds
+// numbers may have taken an empty value (programs/cli.hpp, apply_number_rules).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "programs/cli.hpp"
 
 namespace dpgrad::fuzz {
 
@@ -26,6 +33,21 @@ struct Argv {
   }
   int argc() const { return int(pointers.size()); }
   const char* const* argv() const { return pointers.data(); }
+
+  /// Stops the fuzzer (a finding) when a numeric option was given an empty
+  /// value, "--flag ''" or "--flag=", and the parse accepted it.
+  void require_no_empty_number() const {
+    const auto& numeric = numeric_options_seen();
+    auto is_numeric = [&](const std::string& name) {
+      return std::find(numeric.begin(), numeric.end(), name) != numeric.end();
+    };
+    for (std::size_t i = 1; i < words.size(); ++i) {
+      const std::string& w = words[i];
+      const bool empty_next = i + 1 < words.size() && words[i + 1].empty() && is_numeric(w);
+      const bool empty_after_equals = !w.empty() && w.back() == '=' && is_numeric(w.substr(0, w.size() - 1));
+      if (empty_next || empty_after_equals) std::abort();
+    }
+  }
 };
 
 }  // namespace dpgrad::fuzz

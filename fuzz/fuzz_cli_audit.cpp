@@ -7,8 +7,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const dpgrad::fuzz::Argv args("dpgrad-audit", data, size);
   try {
-    dpgrad::audit::parse_audit_options(args.argc(), args.argv());
+    if (!dpgrad::audit::parse_audit_options(args.argc(), args.argv()).exit_code) args.require_no_empty_number();
   } catch (const std::invalid_argument&) {
+    args.require_no_empty_number();  // the checks after parsing must not have seen one either
   }
   return 0;
 }

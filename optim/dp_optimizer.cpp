@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -25,6 +26,8 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
   const double L = sampler.expected_batch_size(), q = sampler.sampling_rate();
   if (!(L > 0 && std::isfinite(L)))
     throw std::invalid_argument("the sampler's expected batch size must be > 0, got " + std::to_string(L));
+  if (!(c.max_parameter > 0))
+    throw std::invalid_argument("the largest parameter magnitude must be > 0, got " + std::to_string(c.max_parameter));
   if (!(c.sat_rho >= 0 && std::isfinite(c.sat_rho)))
     throw std::invalid_argument("DP-SAT's rho must be >= 0, got " + std::to_string(c.sat_rho));
   if (c.sat_rho > 0)
@@ -62,7 +65,22 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
     // contributions are clipped that much tighter. jl:K's contributions have norm up to C sqrt(K / X), below C
     // when X > K: there the allowance must shrink with them, and 32 A covers every X <= 1024 K (the rest, with
     // probability below e^-508 per step, is in the delta the run's epsilon reserves; docs/noise.md).
-    const NoiseGrid g = noise_grid(c.noise_multiplier * c.clip_norm);
+    const double noise_std = c.noise_multiplier * c.clip_norm;
+    if (!(noise_std >= 0x1.0p-900 && noise_std <= 0x1.0p900))
+      throw std::invalid_argument("the noise's standard deviation, noise multiplier " +
+                                  privacy::format_number(c.noise_multiplier, 6) + " times clip norm " +
+                                  privacy::format_number(c.clip_norm, 6) + " = " + privacy::format_number(noise_std, 6) +
+                                  ", is outside the noise grid's range [2^-900, 2^900] (docs/noise.md): choose a clip "
+                                  "norm and noise multiplier whose product is in it");
+    // the grid adds noise to values below 2^52 grid steps, at least 2^27 sigma C (docs/noise.md): a batch's sum
+    // of contributions of norm C reaches L C, with room for larger Poisson batches
+    const double smallest = 4 * L * std::ldexp(1.0, -27);
+    if (!(c.noise_multiplier >= smallest))
+      throw std::invalid_argument("noise multiplier " + privacy::format_number(c.noise_multiplier, 6) +
+                                  " is too small for the noise grid: a batch's clipped sum (about " +
+                                  privacy::format_number(L, 6) + " contributions of norm up to C) needs at least " +
+                                  privacy::format_number(smallest, 3) + " (docs/noise.md)");
+    const NoiseGrid g = noise_grid(noise_std);
     const double allowance = g.grid * (std::sqrt(double(model.parameter_count())) + 1.0);
     grid_clip_norm_ = c.clip_norm - (strategy.jl_dim() > 0 ? 32 : 1) * allowance;
     if (!(grid_clip_norm_ > 0.5 * c.clip_norm))
@@ -268,7 +286,30 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
     for (std::size_t i = 0; i < r.sum.size(); ++i) sat_direction_[i] = std::move(r.sum[i]);
   if (accountant_ && adds_noise())
     accountant_->step(sampling_rate(), accounted_noise_multiplier(), 1, strategy_.jl_dim());
+  check_parameters();  // after the accounting: a diverged step was taken, and counts
   return st;
+}
+
+template <class T>
+void DPOptimizerT<T>::check_parameters() const {
+  const T limit = T(std::min<double>(config_.max_parameter, double(std::numeric_limits<T>::max())));
+  for (const auto& p : model_.parameters()) {
+    const ArrayT<T>& v = p.value();
+    bool bad = false;
+    for (const T x : v) bad |= !(std::abs(x) <= limit);  // NaN fails the comparison too
+    if (!bad) continue;
+    T worst = 0;
+    for (const T x : v)
+      if (!(std::abs(x) <= limit)) {
+        worst = x;
+        break;
+      }
+    throw DivergedError("the parameters diverged: " + p.name() + " holds " + privacy::format_number(double(worst), 4) +
+                        " after this step (" +
+                        (std::isfinite(double(worst)) ? "above " + privacy::format_number(config_.max_parameter, 4)
+                                                      : std::string("not a finite number")) +
+                        "); lower the learning rate");
+  }
 }
 
 template <class T>

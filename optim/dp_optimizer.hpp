@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,19 @@ struct DPConfig {
   /// on every rank (share_generator) for results that do not depend on the number
   /// of ranks; privacy needs only that each is secure. Null: one process, no messages.
   std::shared_ptr<Communicator> communicator;
+  /// A parameter whose magnitude exceeds this after a step, or that is not
+  /// finite, stops the run with a DivergedError (infinity: only non-finite ones).
+  double max_parameter = 1e6;
+};
+
+/// Thrown by DPOptimizerT::step when the update left a parameter that is not
+/// finite or larger in magnitude than DPConfig::max_parameter: the run has
+/// diverged (a learning rate far too large, say). The step was taken and
+/// accounted before the check, so the accountant's epsilon covers it; nothing
+/// computed from the diverged parameters should be shown.
+class DivergedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 struct StepStats {
@@ -81,6 +95,8 @@ class DPOptimizerT {
   /// is_private()). Everything is checked here, before any step.
   DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig config,
                const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant);
+  /// One step; throws DivergedError after the step (and its accounting) when
+  /// the parameters have diverged (DPConfig::max_parameter).
   StepStats step(const BatchT<T>& batch);
   /// The noise multiplier the accountant sees (privacy::accounted_sensitivity): add/remove
   /// accountants sigma / sensitivity (microbatch: sigma / 2); replace-one accountants
@@ -122,6 +138,8 @@ class DPOptimizerT {
   void combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid);
   /// The grid noise on every coordinate of `sums` (docs/noise.md), block by block.
   void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
+  /// Throws DivergedError naming the first parameter that is not finite or above max_parameter.
+  void check_parameters() const;
 
   ModelT<T>& model_;
   OptimizerT<T>& base_;

@@ -43,6 +43,7 @@ double crossing(Pred pred, double start) {
 /// A-mass below is <= tail (moved up onto the grid, so it costs no delta).
 StepRange find_range(const PairModel& m, double tail, double max_loss) {
   StepRange r;
+  r.tail = tail;
   auto high_enough = [&](double y) {
     const double l = m.log_lr(y).first;
     if (l >= max_loss || l >= m.loss_sup) return true;
@@ -120,7 +121,8 @@ StepPld discretise(const PairModel& m, const StepRange& r, double h, double rel_
   // The region above y_hi: loss in [loss_hi, loss_sup].
   const long top_lo = static_cast<long>(std::floor(r.loss_hi / h));
   const bool top_bounded = std::isfinite(m.loss_sup);
-  const long top_hi = top_bounded ? static_cast<long>(std::ceil(m.loss_sup / h)) : top_lo;
+  // unbounded above: the region's lowest grid step [top_lo, top_lo + 1] is a cell of its own (below)
+  const long top_hi = top_bounded ? static_cast<long>(std::ceil(m.loss_sup / h)) : top_lo + 1;
   const double tail_a = m.tail_a(r.y_hi), tail_b = m.tail_b(r.y_hi);
   // The region below y_lo (loss unbounded below): A-mass only.
   const bool has_bottom = std::isfinite(r.y_lo);
@@ -158,13 +160,46 @@ StepPld discretise(const PairModel& m, const StepRange& r, double h, double rel_
     at(up, jl) += a * (1 - frac);
   };
   for (std::size_t k = 0; k < ncell; ++k) split(lo[k], hi[k], pa[k], pb[k]);
+  // The region above y_hi. Bounded above: cells at the grid's levels (each split between its two levels, both
+  // masses kept) while more than the step's tail budget of A-mass is left, then one cell to the supremum.
+  // Unbounded above: one cell to the next level, then the B-mass at that level and the rest of A at +infinity,
+  // which is the step's hockey-stick delta there: at most that at y_hi (it decreases in y), which find_range
+  // bounded by the budget. One coarse cell over the whole region would move about h A(y > y_hi) to +infinity
+  // (unbounded), or all of A(y > y_hi) to the supremum (bounded): with a huge noise multiplier y_hi sits in
+  // the bulk of A, and epsilon came out large or infinite where it is tiny.
+  auto reaching = [&](double level, double from) {  // y >= from where the loss reaches `level` (inf: never)
+    double y = from, step = 1;
+    while (m.log_lr(y).first < level && (m.tail_a(y) > 0 || m.tail_b(y) > 0) && step < 1e300) {
+      y = from + step;
+      step *= 2;
+    }
+    if (!(m.log_lr(y).first >= level)) return kInf;
+    y = m.threshold(level, from, y, 1e-7 * h + 1e-13 * std::abs(level));
+    for (double nudge = 1e-15 * (1 + std::abs(y)); m.log_lr(y).first < level; nudge *= 2) y += nudge;
+    return y;
+  };
+  double y_top = r.y_hi, a_top = tail_a, b_top = tail_b;  // the masses above y_top
+  long j_top = top_lo;
+  auto next_cell = [&] {
+    const double y_next = reaching(static_cast<double>(j_top + 1) * h, y_top);
+    const double a_next = std::isfinite(y_next) ? m.tail_a(y_next) : 0.0;
+    const double b_next = std::isfinite(y_next) ? m.tail_b(y_next) : 0.0;
+    split(j_top, j_top + 1, std::max(0.0, a_top - a_next), std::max(0.0, b_top - b_next));
+    y_top = y_next;
+    a_top = a_next;
+    b_top = b_next;
+    ++j_top;
+  };
   if (top_bounded) {
-    split(top_lo, top_hi, tail_a, tail_b);
-  } else if (tail_a > 0) {
-    // Loss >= l_top on the region: B-mass all at l_top, the rest of A at +infinity.
-    const double at_top = std::min(tail_a, tail_b > 0 ? std::exp(static_cast<double>(top_lo) * h + std::log(tail_b)) : 0.0);
-    at(up, top_lo) += at_top;
-    up.infinity_mass = tail_a - at_top;
+    while (j_top + 1 < top_hi && a_top > r.tail) next_cell();
+    split(j_top, top_hi, a_top, b_top);
+  } else {
+    if (a_top > 0) next_cell();
+    if (a_top > 0) {
+      const double at_top = std::min(a_top, b_top > 0 ? std::exp(static_cast<double>(j_top) * h + std::log(b_top)) : 0.0);
+      at(up, j_top) += at_top;
+      up.infinity_mass = a_top - at_top;
+    }
   }
   if (has_bottom) at(up, bottom_to) += bottom_a;
   trim(up);

@@ -16,6 +16,7 @@ namespace dpgrad::privacy::pld_detail {
 struct StepRange {
   double y_lo = -kInf, y_hi = kInf;
   double loss_lo = 0, loss_hi = 0;
+  double tail = 0;  // the budget the range was found for
 };
 
 /// y_hi: where the hockey-stick delta of one step at level log_lr(y) is <= tail

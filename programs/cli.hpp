@@ -1,12 +1,22 @@
 // Shared by the bundled programs (dpgrad-train, dpgrad-account, dpgrad-logreg,
-// dpgrad-bench, dpgrad-audit); not installed.
+// dpgrad-bench, dpgrad-audit, dpgrad-pate); not installed: one rule for numbers
+// on every command line, and output that is checked (files and standard output).
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -22,10 +32,127 @@ inline void name_cli_errors(CLI::App& app, const std::string& program) {
   });
 }
 
-/// Parses argv into `app`: nullopt to go on, or the exit status for --help (0)
-/// and for a command-line error (2), with the message already printed.
+/// Whole numbers >= 0 given to count options, in decimal: "-1" would otherwise
+/// wrap around to a huge value in an unsigned type, CLI11 saturates a number too
+/// large for its type silently, and it reads "0x10" as 16 and "010" as 8.
+inline CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& s) {
+        if (s.empty()) return std::string("an empty value is not a number");
+        const bool digits = s.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits) return "must be a whole number >= 0, got '" + s + "' (decimal digits only)";
+        if (s.size() > 1 && s[0] == '0')
+          return "must be a whole number in decimal without a leading 0 (read as octal by some tools), got '" + s + "'";
+        // at most 18 digits: below 10^18, inside every count type used
+        if (s.size() > 18) return "is too large: '" + s + "'";
+        return std::string();
+      },
+      "WHOLE NUMBER", "whole-number");
+}
+
+/// True when `text` is a decimal number as the programs take them: an optional
+/// sign, digits with an optional decimal point, an optional exponent; or inf,
+/// infinity, nan. Hexadecimal ("0x10", "0x1p3"), empty text and spaces are not.
+inline bool is_decimal_real(std::string_view text) {
+  std::size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  std::string word;
+  for (std::size_t k = i; k < text.size(); ++k) word += char(std::tolower(static_cast<unsigned char>(text[k])));
+  if (word == "inf" || word == "infinity" || word == "nan") return true;
+  std::size_t digits = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    std::size_t exponent = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++exponent;
+    if (exponent == 0) return false;
+  }
+  return i == text.size();
+}
+
+/// The problem with `text` as a real number ("" when it is one): not a decimal
+/// number (is_decimal_real), or out of the range of double precision.
+inline std::string real_number_problem(const std::string& text) {
+  if (text.empty()) return "an empty value is not a number";
+  if (!is_decimal_real(text)) {
+    if (text.find_first_of("xX") != std::string::npos)
+      return "'" + text + "' is hexadecimal: numbers are taken in decimal only";
+    return "'" + text + "' is not a number";
+  }
+  errno = 0;
+  const double v = std::strtod(text.c_str(), nullptr);
+  if (errno == ERANGE)
+    return "'" + text + "' is out of the range of double precision (" + (std::abs(v) > 1 ? "overflows" : "underflows") +
+           ")";
+  return "";
+}
+
+/// A real number in decimal that strtod reads whole, without overflow or underflow.
+inline CLI::Validator real_number() {
+  return CLI::Validator([](std::string& text) -> std::string { return real_number_problem(text); }, "REAL",
+                        "real-number");
+}
+
+/// The one rule for numbers in every program: every option that holds numbers
+/// (CLI11 types INT, UINT and FLOAT, single or lists) gets whole_number() or
+/// real_number() unless it has it already. So an empty value ("--momentum ''")
+/// is refused, never read as 0, and hexadecimal is refused everywhere.
+/// The options apply_number_rules last saw that hold numbers (for the fuzz
+/// harnesses, which check that none of them ever takes an empty value).
+inline std::vector<std::string>& numeric_options_seen() {
+  thread_local std::vector<std::string> names;
+  return names;
+}
+
+inline void apply_number_rules(CLI::App& app) {
+  numeric_options_seen().clear();
+  auto has = [](CLI::Option* opt, const std::string& name) {
+    try {
+      opt->get_validator(name);
+      return true;
+    } catch (const CLI::OptionNotFound&) {
+      return false;
+    }
+  };
+  for (CLI::Option* opt : app.get_options([](CLI::Option*) { return true; })) {
+    const std::string type = opt->get_type_name();
+    if (type.rfind("FLOAT", 0) == 0) {
+      if (!has(opt, "real-number")) opt->check(real_number());
+    } else if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) {
+      if (!has(opt, "whole-number")) opt->check(whole_number());
+    } else {
+      continue;
+    }
+    numeric_options_seen().push_back(opt->get_name());
+  }
+}
+
+/// Parses argv into `app` under the number rules (apply_number_rules): nullopt
+/// to go on, or the exit status for --help (0) and for a command-line error (2),
+/// with the message already printed.
 inline std::optional<int> parse_arguments(CLI::App& app, int argc, const char* const* argv) {
+  apply_number_rules(app);
   try {
+    // CLI11 drops a list's empty items ("3,,7" reads as 3,7, "1," as 1): refused instead
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word.rfind("--", 0) != 0) continue;
+      const std::size_t eq = word.find('=');
+      const CLI::Option* opt = app.get_option_no_throw(word.substr(0, eq));
+      if (opt == nullptr || opt->get_delimiter() == '\0') continue;
+      if (eq == std::string::npos && i + 1 == argc) continue;  // no value: CLI11 says so
+      const std::string value = eq == std::string::npos ? argv[i + 1] : word.substr(eq + 1);
+      const char d = opt->get_delimiter();
+      if (value.empty() || value.front() == d || value.back() == d || value.find(std::string(2, d)) != std::string::npos)
+        throw CLI::ValidationError(opt->get_name(), "an empty value in the list '" + value +
+                                                        "' (items separated by single '" + std::string(1, d) + "')");
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
@@ -34,36 +161,100 @@ inline std::optional<int> parse_arguments(CLI::App& app, int argc, const char* c
   return std::nullopt;
 }
 
-/// Whole numbers >= 0 given to count options: "-1" would otherwise wrap around
-/// to a huge value in an unsigned type, and CLI11 saturates a number too large
-/// for its type silently.
-inline CLI::Validator whole_number() {
-  return CLI::Validator(
-      [](std::string& s) {
-        const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits) return "must be a whole number >= 0, got '" + s + "'";
-        // at most 18 digits: below 10^18, inside every count type used
-        if (s.find_first_not_of('0') != std::string::npos && s.size() - s.find_first_not_of('0') > 18)
-          return "is too large: '" + s + "'";
-        return std::string();
-      },
-      "WHOLE NUMBER");
+// ---------------------------------------------------------------- standard output
+
+/// Exit status of a program whose output could not be written.
+inline constexpr int kExitOutputFailed = 1;
+
+/// Call first in main: a program whose standard output is closed could show
+/// nothing of its work (and the first file it opened would take descriptor 1),
+/// so it stops at once with a message on standard error and status 2.
+inline std::optional<int> refuse_closed_standard_output(const std::string& program) {
+  if (::fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF) return std::nullopt;
+  // keep descriptor 1 taken, so that no file opened from here on becomes standard output
+  const int null = ::open("/dev/null", O_WRONLY);
+  if (null >= 0 && null != STDOUT_FILENO) ::close(null);
+  std::fprintf(stderr, "%s: error: standard output is closed: nothing of the run could be shown\n", program.c_str());
+  return 2;
 }
 
-/// A real number that strtod reads whole, without overflow or underflow.
-inline CLI::Validator real_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size()) return "'" + text + "' is not a number";
-        if (errno == ERANGE)
-          return "'" + text + "' is out of the range of double precision (" +
-                 (std::abs(v) > 1 ? "overflows" : "underflows") + ")";
-        return "";
-      },
-      "REAL");
+/// Throws std::runtime_error when what was printed so far has not all reached
+/// standard output (a full disk, /dev/full): for programs that print as they go
+/// and stop at the first lost line.
+inline void check_standard_output() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw std::runtime_error(std::string("could not write to standard output (") +
+                             (errno ? std::strerror(errno) : "write error") + "): the results were not shown");
+}
+
+/// Call last in main: flushes standard output; when anything printed did not
+/// reach it, says so on standard error and returns kExitOutputFailed instead of
+/// a success `status`.
+inline int finish_standard_output(const std::string& program, int status) {
+  try {
+    check_standard_output();
+  } catch (const std::runtime_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return status == 0 ? kExitOutputFailed : status;
+  }
+  return status;
+}
+
+// ---------------------------------------------------------------- output files
+
+/// Throws std::invalid_argument naming `flag` unless a regular file can be
+/// written at `path`: a path that exists and is not a regular file (a folder, a
+/// device, a FIFO, a socket, a symbolic link) is never replaced, and the folder
+/// must take a new file (checked by creating and removing a scratch file beside
+/// it). For checks before any work.
+inline void require_output_file(const std::string& path, const std::string& flag) {
+  if (path.empty()) throw std::invalid_argument(flag + " needs a file name");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw std::invalid_argument(flag + " " + path + " is a folder, not a file name");
+    if (S_ISLNK(st.st_mode))
+      throw std::invalid_argument(flag + " " + path + " is a symbolic link: it is not replaced; name a regular file");
+    if (!S_ISREG(st.st_mode))
+      throw std::invalid_argument(flag + " " + path +
+                                  " exists and is not a regular file (a device, FIFO or socket): it is not replaced");
+  } else if (errno != ENOENT) {
+    throw std::invalid_argument(flag + " " + path + ": cannot write there (" + std::strerror(errno) + ")");
+  }
+  const std::string probe = path + ".write-test-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::invalid_argument(flag + " " + path + ": cannot write there (" + std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+/// Writes `bytes` to `path` through a scratch file beside it, renamed over it
+/// only once written, synced and closed: a failed write leaves what was there.
+/// Refuses (std::runtime_error naming `flag`) a path that is no longer a regular
+/// file or absent when the write comes (require_output_file checked it before).
+inline void write_output_file(const std::string& path, std::string_view bytes, const std::string& flag) {
+  auto fail = [&](const std::string& why) { throw std::runtime_error(flag + " " + path + ": " + why); };
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) fail(std::string("cannot create a file beside it (") + std::strerror(errno) + ")");
+  std::string error;
+  for (std::size_t done = 0; done < bytes.size() && error.empty();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) error = std::string("write failed (") + std::strerror(n < 0 ? errno : EIO) + ")";
+    else done += std::size_t(n);
+  }
+  if (error.empty() && ::fsync(fd) != 0) error = std::string("write failed (") + std::strerror(errno) + ")";
+  if (::close(fd) != 0 && error.empty()) error = std::string("write failed (") + std::strerror(errno) + ")";
+  struct stat st {};
+  if (error.empty() && ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    error = "is no longer a regular file: it is not replaced";
+  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    error = std::string("cannot replace it (") + std::strerror(errno) + ")";
+  if (!error.empty()) {
+    ::unlink(tmp.c_str());
+    fail(error);
+  }
 }
 
 }  // namespace dpgrad

@@ -3,7 +3,8 @@
 // --target-epsilon, the smallest noise multiplier that reaches that epsilon, or,
 // with --curve, the epsilon after each epoch 1..E (privacy curves, Bu et al. 2021 Fig. 3).
 // Figures that are not upper bounds (gdp, the JL paper's pair) appear only labelled,
-// beside a sound one. Exit status: 0 ok, 2 invalid input (message on stderr), 1 internal error.
+// beside a sound one: "epsilon" is always the sound figure. Exit status: 0 ok, 2 invalid
+// input (message on stderr), 1 internal error or output that could not be written.
 #include <algorithm>
 #include <chrono>
 #include <atomic>
@@ -28,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "programs/account/options.hpp"
+#include "programs/cli.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"
 #include "privacy/gdp.hpp"
@@ -157,16 +159,18 @@ int print_curve(const Accountant& acc, const Factory& make, const std::optional<
   const bool gdp = dynamic_cast<const GdpAccountant*>(&acc) != nullptr;
 
   if (json) {
+    // gdp is an approximation: "epsilon" holds the sound companion's figures, the CLT's its own key
+    const std::vector<double>& sound = gdp ? other : eps;
     nlohmann::json epochs = nlohmann::json::array(), epsilon = nlohmann::json::array();
     for (std::size_t e = 0; e < steps.size(); ++e) {
       epochs.push_back(e + 1);
-      epsilon.push_back(number_or_inf(eps[e]));
+      epsilon.push_back(number_or_inf(sound[e]));
     }
     nlohmann::json j = {{"epochs", epochs},
                         {"steps", steps},
                         {"epsilon", epsilon},
                         {"delta", delta},
-                        {"accountant", name},
+                        {"accountant", gdp ? std::string("pld") : name},
                         {"neighbouring", to_string(acc.neighbouring())},
                         {"sampling_rate", q},
                         {"noise_multiplier", sigma},
@@ -174,12 +178,17 @@ int print_curve(const Accountant& acc, const Factory& make, const std::optional<
                         {"batch_size", opts.batch_size},
                         {"steps_rounded_up", true}};
     if (jl_dim > 0) j["jl_dim"] = jl_dim;
-    if (gdp) j["approximation"] = kGdpLabel;
     if (shuffle) {
       j["epoch_fraction"] = opts.epoch_fraction;
       j["steps_per_epoch"] = shuffle->steps_per_epoch();
     }
-    if (companion) {
+    if (gdp) {
+      nlohmann::json c = nlohmann::json::array();
+      for (double e : eps) c.push_back(number_or_inf(e));
+      j["approximate_epsilon"] = c;
+      j["approximate_epsilon_label"] = std::string("gdp: ") + kGdpLabel + ", NOT an upper bound (comparison only)";
+      j["epsilon_label"] = companion->label;
+    } else if (companion) {
       nlohmann::json c = nlohmann::json::array();
       for (double e : other) c.push_back(number_or_inf(e));
       j[companion->key] = c;
@@ -200,12 +209,18 @@ int print_curve(const Accountant& acc, const Factory& make, const std::optional<
                shuffle->steps_per_epoch(), opts.epoch_fraction);
   else
     fmt::print("steps            ceil(e x {} / {}) after epoch e\n", opts.dataset_size, opts.batch_size);
-  if (gdp) fmt::print("note             {}: the CLT can under-state epsilon for few steps\n", kGdpLabel);
-  if (companion) fmt::print("last column      {}\n", companion->label);
-  fmt::print("{:>6}  {:>10}  {}{}\n", "epoch", "steps", "epsilon", companion ? "  " + companion->key : "");
+  if (gdp) {
+    fmt::print("epsilon column   {}\n", companion->label);
+    fmt::print("last column      gdp: {}, NOT an upper bound (the CLT can under-state epsilon for few steps)\n",
+               kGdpLabel);
+  } else if (companion) {
+    fmt::print("last column      {}\n", companion->label);
+  }
+  const std::string last = gdp ? "approximate_epsilon" : companion ? companion->key : "";
+  fmt::print("{:>6}  {:>10}  {}{}\n", "epoch", "steps", "epsilon", last.empty() ? "" : "  " + last);
   for (std::size_t e = 0; e < steps.size(); ++e)
-    fmt::print("{:>6}  {:>10}  {}{}\n", e + 1, steps[e], fmt_eps(eps[e]),
-               companion ? "  " + fmt_eps(other[e]) : std::string());
+    fmt::print("{:>6}  {:>10}  {}{}\n", e + 1, steps[e], fmt_eps(gdp ? other[e] : eps[e]),
+               gdp ? "  " + fmt_eps(eps[e]) : companion ? "  " + fmt_eps(other[e]) : std::string());
   return 0;
 }
 
@@ -283,10 +298,12 @@ int run(int argc, char** argv) {
                                           : account_once(companion->make, q, sigma, steps, jl_dim, delta);
 
   // ---- output ----
+  // gdp is an approximation: "epsilon" is the sound companion's (pld), the CLT's figure has its own key
+  const double sound_epsilon = gdp ? *companion_eps : epsilon;
   if (json) {
-    nlohmann::json j = {{"epsilon", number_or_inf(epsilon)},
+    nlohmann::json j = {{"epsilon", number_or_inf(sound_epsilon)},
                         {"delta", delta},
-                        {"accountant", accountant},
+                        {"accountant", gdp ? std::string("pld") : accountant},
                         {"neighbouring", to_string(acc->neighbouring())},
                         {"steps", steps},
                         {"sampling_rate", q},
@@ -304,14 +321,15 @@ int run(int argc, char** argv) {
       j["conversion"] = rdp_detail->conversion == RdpConversion::tight ? "tight" : "classic";
     }
     if (gdp) {
+      j["epsilon_label"] = companion->label;
+      j["approximate_epsilon"] = number_or_inf(epsilon);
+      j["approximate_epsilon_label"] = std::string("gdp: ") + kGdpLabel + ", NOT an upper bound (comparison only)";
       j["mu"] = number_or_inf(mu);
-      j["approximation"] = kGdpLabel;
-    }
-    if (error_bound) j["error_bound"] = *error_bound;
-    if (companion) {
+    } else if (companion) {
       j[companion->key] = number_or_inf(*companion_eps);
       j[companion->key + "_label"] = companion->label;
     }
+    if (error_bound) j["error_bound"] = *error_bound;
     if (accountant == "shuffle") {
       j["epoch_fraction"] = fraction;
       j["steps_per_epoch"] = dynamic_cast<const ShuffleAccountant&>(*acc).steps_per_epoch();
@@ -322,11 +340,12 @@ int run(int argc, char** argv) {
 
   if (calibrate)
     fmt::print("noise multiplier {:.6g}  (smallest found with epsilon <= {} at delta = {})\n", sigma, target, delta);
-  fmt::print("epsilon          {}  (delta = {}){}\n", fmt_eps(epsilon), delta,
-             gdp ? "  -- approximation (CLT), not an upper bound" : "");
-  if (companion)
-    fmt::print("{:<17}{}  -- {}\n", companion->key == "paper_pair_epsilon" ? "paper pair" : "upper bound",
-               fmt_eps(*companion_eps), companion->label);
+  fmt::print("epsilon          {}  (delta = {}){}\n", fmt_eps(sound_epsilon), delta,
+             gdp ? "  -- " + companion->label : std::string());
+  if (gdp)
+    fmt::print("approximation    {}  -- gdp: {}, NOT an upper bound (comparison only)\n", fmt_eps(epsilon), kGdpLabel);
+  else if (companion)
+    fmt::print("{:<17}{}  -- {}\n", "paper pair", fmt_eps(*companion_eps), companion->label);
   fmt::print("accountant       {}: {}\n", accountant, describe(accountant));
   fmt::print("neighbouring     {}\n", to_string(acc->neighbouring()));
   if (steps_note.empty()) fmt::print("steps            {}\n", steps);
@@ -350,8 +369,9 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto closed = dpgrad::refuse_closed_standard_output("dpgrad-account")) return *closed;
   try {
-    return run(argc, argv);
+    return dpgrad::finish_standard_output("dpgrad-account", run(argc, argv));
   } catch (const InvalidInput& e) {
     std::cerr << "dpgrad-account: " << e.what() << "\n";
     return 2;
@@ -359,7 +379,9 @@ int main(int argc, char** argv) {
     std::cerr << "dpgrad-account: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dpgrad-account: internal error: " << e.what() << "\n";
+    // fmt's failed write ("cannot write to file: ...") is the output's failure, not an internal error
+    const bool output = std::string(e.what()).rfind("cannot write to file", 0) == 0;
+    std::cerr << "dpgrad-account: " << (output ? "error: standard output: " : "internal error: ") << e.what() << "\n";
     return 1;
   }
 }

@@ -3,7 +3,8 @@
 // pool (the first --pool test images); Confident-GNMax answers some queries;
 // a student learns from the answers and is evaluated on the remaining test
 // images. The released epsilon is data-independent; the data-dependent one of
-// Papernot et al. 2018 is printed beside it, labelled as not releasable.
+// Papernot et al. 2018 is computed from the private votes and shown only when
+// asked for by name (--show-data-dependent-epsilon), labelled as leaking.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,8 @@
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "programs/pate/options.hpp"
+#include "programs/cli.hpp"
+#include "optim/dp_optimizer.hpp"
 #include "layers/models.hpp"
 #include "optim/pate/teachers.hpp"
 #include "optim/run/private_trainer.hpp"
@@ -92,6 +95,10 @@ int run(const pate::Options& o) {
   const double epsilon = privacy::pate_epsilon(accountant, classes, o.delta);
   require(std::isfinite(epsilon), fmt::format("sigma {} over {} queries proves no finite epsilon at delta {}", sigma2,
                                               o.queries, o.delta));
+  // the aggregator's noise, checked before any teacher trains (docs/noise.md)
+  for (const auto& [flag, s] : {std::pair{"--sigma1", o.sigma1}, std::pair{"--sigma", sigma2}})
+    require(s == 0 || (s >= 0x1.0p-900 && s <= 0x1.0p900),
+            fmt::format("{} {} is outside the noise grid's range [2^-900, 2^900] (docs/noise.md)", flag, s));
   say(fmt::format("dpgrad-pate: {} teachers ({}) on {}", o.teachers, o.teacher_model, data.description));
   say(fmt::format("  up to {} queries of a public pool of {} images, up to {} answers; Confident-GNMax T = {}, "
                   "sigma1 = {}, sigma2 = {:.6g}{}", o.queries, o.pool, answers_cap, o.threshold, o.sigma1, sigma2,
@@ -141,14 +148,14 @@ int run(const pate::Options& o) {
   for (std::size_t i = 0; i < std::size_t(o.queries) && long(answers.size()) < answers_cap; ++i, ++asked) {
     const std::span<const double> v(votes.data() + i * classes, classes);
     const std::optional<int> label = privacy::confident_gnmax(v, o.threshold, o.sigma1, sigma2, *noise);
-    dependent.add(v, o.threshold, o.sigma1, sigma2, label.has_value());
+    if (o.show_data_dependent) dependent.add(v, o.threshold, o.sigma1, sigma2, label.has_value());
     if (!label) continue;
     answered_rows.push_back(i);
     answers.push_back(*label);
     if (*label == pool.labels[i]) ++correct_answers;
   }
   const long answered = long(answers.size());
-  const double epsilon_dependent = dependent.epsilon(o.delta);
+  const double epsilon_dependent = o.show_data_dependent ? dependent.epsilon(o.delta) : NAN;
   say(fmt::format("aggregation: {} of {} queries answered{}; {:.2f}% of the answers are the true label", answered,
                   asked, answered == answers_cap && asked < std::size_t(o.queries) ? " (the cap)" : "",
                   answered ? 100.0 * double(correct_answers) / double(answered) : 0.0));
@@ -157,7 +164,21 @@ int run(const pate::Options& o) {
   nlohmann::json student_json;
   double student_accuracy = std::nan("");
   std::size_t pseudo = 0;
-  if (answered > 0) {
+  // A student whose parameters diverge (DivergedError) learnt from released answers only: the run stops, shows
+  // nothing of that student, and says what the answers cost.
+  auto stop_diverged = [&](const DivergedError& e) {
+    const std::string message =
+        fmt::format("the student: {}; the run stops and shows nothing of it; epsilon spent {} (delta {:g}, "
+                    "data-independent RDP, add/remove-one neighbours) by the {} answers released to it",
+                    e.what(), privacy::format_epsilon(epsilon), o.delta, answered);
+    if (o.json_out) {
+      nlohmann::json j = {{"program", "dpgrad-pate"}, {"diverged", true},   {"error", message},
+                          {"epsilon", epsilon},       {"delta", o.delta},   {"answered", answered}};
+      fmt::print("{}\n", j.dump());
+    }
+    throw std::runtime_error(message);
+  };
+  if (answered > 0) try {
     PateTraining student_how{maker(o.student_model, student_pool), o.student_epochs, std::size_t(o.student_batch),
                              o.student_lr, 0.9, o.seed + 1000003};
     BatchT<float> labelled = student_pool.select(answered_rows);
@@ -204,14 +225,18 @@ int run(const pate::Options& o) {
       say(fmt::format("student with {} of its own labels on unanswered pool images (confidence >= {}): test accuracy "
                       "{:.2f}%", pseudo, o.pseudo_confidence, 100 * student_accuracy));
     }
+  } catch (const DivergedError& e) {
+    stop_diverged(e);
   }
 
   const double total_seconds = seconds_since(t0);
   say(fmt::format("final: student test accuracy {:.2f}% at epsilon {} (delta {:g}, data-independent RDP, "
                   "add/remove-one neighbours) in {:.0f} s",
                   100 * student_accuracy, privacy::format_epsilon(epsilon), o.delta, total_seconds));
-  say(fmt::format("  data-dependent epsilon {} (Papernot et al. 2018, Theorem 6): computed from the private votes, "
-                  "NOT releasable as it is; for comparison only", privacy::format_epsilon(epsilon_dependent)));
+  if (o.show_data_dependent)
+    say(fmt::format("  data-dependent epsilon {} (Papernot et al. 2018, Theorem 6; --show-data-dependent-epsilon): "
+                    "computed from the private votes, NOT releasable as it is: showing it leaks what no epsilon "
+                    "covers", privacy::format_epsilon(epsilon_dependent)));
   if (reproducible) say(fmt::format("  WARNING: {}", kNotPrivateReproducible));
   if (o.json_out) {
     nlohmann::json j;
@@ -235,8 +260,12 @@ int run(const pate::Options& o) {
     j["delta"] = o.delta;
     j["epsilon"] = std::isfinite(epsilon) ? nlohmann::json(epsilon) : nlohmann::json("inf");
     j["epsilon_bound"] = "data-independent RDP (released)";
-    j["epsilon_data_dependent"] = epsilon_dependent;
-    j["epsilon_data_dependent_note"] = "computed from the private votes: NOT releasable as is";
+    if (o.show_data_dependent) {
+      j["epsilon_data_dependent"] = epsilon_dependent;
+      j["epsilon_data_dependent_note"] =
+          "computed from the private votes: NOT releasable as is; shown because --show-data-dependent-epsilon asked "
+          "for it, it leaks what no epsilon covers";
+    }
     j["neighbouring"] = "add/remove-one";
     j["private"] = !reproducible;
     j["noise_generator"] = noise->describe();
@@ -251,17 +280,21 @@ int run(const pate::Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto closed = refuse_closed_standard_output("dpgrad-pate")) return *closed;
   try {
     require_single_process();
     const pate::Parsed parsed = pate::parse_pate_options(argc, argv);
     if (parsed.exit_code) return *parsed.exit_code;
-    return run(parsed.options);
+    return finish_standard_output("dpgrad-pate", run(parsed.options));
   } catch (const std::invalid_argument& e) {
     std::cerr << "dpgrad-pate: " << e.what() << "\n";
     return 2;
   } catch (const data::DataError& e) {
     std::cerr << "dpgrad-pate: " << e.what() << "\n";
     return 2;
+  } catch (const std::runtime_error& e) {
+    std::cerr << "dpgrad-pate: error: " << e.what() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "dpgrad-pate: internal error: " << e.what() << "\n";
     return 1;

@@ -78,10 +78,9 @@ std::vector<std::string> apply_lr_scale(OptimizerT<float>& opt, const std::strin
             "--lr-scale: '" + item + "' is not LAYER=FACTOR");
     const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
     require(std::find(names.begin(), names.end(), name) == names.end(), "--lr-scale: '" + name + "' is given twice");
-    char* rest = nullptr;
-    const double factor = std::strtod(value.c_str(), &rest);
-    require(rest && *rest == '\0' && std::isfinite(factor) && factor >= 0,
-            "--lr-scale: the factor of '" + name + "' must be a number >= 0, got '" + value + "'");
+    const double factor = real_number_problem(value).empty() ? std::strtod(value.c_str(), nullptr) : NAN;
+    require(std::isfinite(factor) && factor >= 0,
+            "--lr-scale: the factor of '" + name + "' must be a decimal number >= 0, got '" + value + "'");
     opt.set_lr_scale(name, factor);
     names.push_back(name);
     applied.push_back(item);
@@ -135,7 +134,7 @@ std::vector<std::size_t> shard_positions(std::size_t examples, const Communicato
   return rows;
 }
 
-int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& comm) {
+int run(Options o, const std::set<std::string>& given, const json* resumed, const std::shared_ptr<Communicator>& comm) {
   auto t0 = std::chrono::steady_clock::now();
   const bool dp = is_dp(o.optimizer);
   o.threads = threads_per_rank(comm.get(), o.threads);
@@ -154,14 +153,14 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     require_same_settings_on_all_ranks(*comm, same.dump(), "options");
   }
   // ---- arguments that do not need data
-  check_train_options(o);
+  check_train_options(o, given);
   const std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
   require(o.checkpoint_dir.empty() || resumed || !CheckpointDir(o.checkpoint_dir).has_checkpoint(),
           "--checkpoint-dir " + o.checkpoint_dir +
               " already holds a checkpoint: add --resume to continue that run, or choose another directory");
   if (!o.plot.empty()) {
     require_gnuplot();
-    require_writable_file(o.plot, "--plot");
+    require_output_file(o.plot, "--plot");
   }
   // the checkpoint directory is claimed now: unwritable, or used by another run, fails before any work
   std::optional<CheckpointLock> checkpoint_lock;  // rank 0 writes a data-parallel run's checkpoints
@@ -174,21 +173,19 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   dopts.vocabulary = o.vocabulary;
   data::DataSplit data = data::load_dataset(o.dataset, dopts);
   if (!o.classes.empty()) {
-    require(o.classes.size() >= 2, "--classes needs at least two classes");
-    for (std::size_t i = 0; i < o.classes.size(); ++i) {
-      require(o.classes[i] >= 0 && std::size_t(o.classes[i]) < data.classes,
-              fmt::format("--classes: class {} does not exist (the dataset has {})", o.classes[i], data.classes));
-      for (std::size_t j = 0; j < i; ++j) require(o.classes[i] != o.classes[j], "--classes: a class is repeated");
-    }
+    for (const int c : o.classes)
+      require(c >= 0 && std::size_t(c) < data.classes,
+              fmt::format("--classes: class {} does not exist (the dataset has {})", c, data.classes));
     data.train = keep_classes(data.train, o.classes);
     data.test = keep_classes(data.test, o.classes);
     data.classes = o.classes.size();
-    data.description += fmt::format("; classes {}: {} train, {} test", fmt::join(o.classes, ","), data.train.size(),
-                                    data.test.size());
+    // how many records the kept classes hold is computed from the private labels: shown only when asked for
+    data.description += fmt::format("; classes {}", fmt::join(o.classes, ","));
+    if (o.show_record_counts)
+      data.description += fmt::format(": {} train, {} test (record counts: NOT covered by epsilon)", data.train.size(),
+                                      data.test.size());
   }
   if (!o.normalize.empty()) {
-    require(o.normalize.size() == 2 && o.normalize[1] > 0 && std::isfinite(o.normalize[0]) && std::isfinite(o.normalize[1]),
-            "--normalize needs MEAN,STD with STD > 0 (Fashion-MNIST's published values: 0.2860,0.3530)");
     require(!data.tokens, "--normalize applies to image datasets only");
     const float mean = float(o.normalize[0]), inv = float(1.0 / o.normalize[1]);
     for (auto* b : {&data.train, &data.test})
@@ -240,8 +237,6 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   std::optional<ArrayT<float>> centre;
   std::vector<PriorRelease> released_before;
   if (o.centre_features > 0) {
-    require(model_reads_scattering(o.model), "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
-    require(dp, "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
     const std::size_t dim = 7 * 7 * 81;
     if (resumed) {
       require(resumed->contains("feature_centre") && (*resumed)["feature_centre"].is_array() &&
@@ -298,6 +293,11 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   if (o.augment_views > 0) {
     require(!data.tokens && data.train.inputs.dimension() >= 3,
             "--augment-views needs an image dataset (its views are flipped and shifted images)");
+    const std::size_t rows = data.train.inputs.shape()[data.train.inputs.dimension() - 2],
+                      cols = data.train.inputs.shape()[data.train.inputs.dimension() - 1];
+    require(std::size_t(o.augment_shift) < std::min(rows, cols),
+            fmt::format("--augment-shift {} is not smaller than the images ({} x {} pixels): a view would hold none "
+                        "of the image", o.augment_shift, rows, cols));
     augment.views = o.augment_views;
     augment.shift = o.augment_shift;
     augment.flip = !o.augment_no_flip;
@@ -444,6 +444,29 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     trainer.save(o.checkpoint_dir, extra);
   };
 
+  // A diverged step (DivergedError) was taken and accounted: the run stops, shows nothing computed from the
+  // diverged parameters, and says what it spent.
+  auto stop_diverged = [&](const DivergedError& e, long at) {
+    const bool with_eps = dp && sigma > 0;
+    const double spent = with_eps ? trainer.epsilon() : INFINITY;
+    std::string message = fmt::format("step {}: {}; the run stops and releases nothing of it{}", at, e.what(),
+                                      with_eps ? fmt::format("; epsilon spent {} (delta {:g}, {} accountant, {} "
+                                                             "neighbours), that step included",
+                                                             fmt_eps(spent), delta, o.accountant,
+                                                             privacy::to_string(accountant->neighbouring()))
+                                               : std::string());
+    if (o.json_out) {
+      json row = {{"final", true}, {"diverged", true}, {"error", message}, {"steps", at}};
+      if (dp) {
+        row["epsilon"] = eps_json(spent);
+        row["delta"] = delta;
+        row["accountant"] = o.accountant;
+      }
+      fmt::print("{}\n", row.dump());
+    }
+    throw std::runtime_error(message);
+  };
+
   // ---- training
   Progress progress(o.json_out);
   double eps = dp && sigma > 0 ? trainer.epsilon() : INFINITY;
@@ -455,7 +478,12 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     long in_epoch = std::min(per_epoch, total_steps - (epoch - 1) * per_epoch);
     for (long s = first; s < in_epoch; ++s) {
       const auto ts = std::chrono::steady_clock::now();
-      StepStats st = trainer.step();
+      StepStats st;
+      try {
+        st = trainer.step();
+      } catch (const DivergedError& e) {
+        stop_diverged(e, step + 1);
+      }
       stepping += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
       communication += st.communication_seconds;
       waiting += st.wait_seconds;
@@ -511,7 +539,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
       for (const auto& [layer, r] : snr) parts.push_back(fmt::format("{} {:.3g}", layer, r));
       fmt::print("  signal/noise per coordinate of the noised gradient: {}\n", fmt::join(parts, ", "));
     }
-    std::fflush(stdout);
+    check_standard_output();  // a lost epoch row stops the run (its checkpoint is on disk: --resume continues)
   }
   double total_s = elapsed();
   summary["final"] = true;
@@ -561,6 +589,7 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto closed = refuse_closed_standard_output("dpgrad-train")) return *closed;
   keep_freed_memory();
   std::shared_ptr<Communicator> comm;
   std::optional<QuietRank> quiet;
@@ -603,7 +632,7 @@ int main(int argc, char** argv) {
       if (!error.empty()) throw CheckpointError(error);
       resumed = restore_run_options(o, parsed.given, json::parse(extra));
     }
-    return run(o, o.resume ? &resumed : nullptr, comm);
+    return finish_standard_output("dpgrad-train", run(o, parsed.given, o.resume ? &resumed : nullptr, comm));
   } catch (const RefusedOnAllRanks& e) {  // every rank refused together: none waits, so each ends normally
     quiet.reset();
     const std::string where = comm && comm->size() > 1 ? fmt::format(" (rank {})", comm->rank()) : "";

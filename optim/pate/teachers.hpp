@@ -46,7 +46,10 @@ void pate_train(const PateTraining& how, const BatchT<float>& data, std::uint64_
 
 /// Votes (pool examples, classes): teachers trained one after another on their
 /// parts of `train` (only one in memory at a time), each adding one vote for its
-/// top class on every example of `pool`. progress(teachers done, teachers).
+/// top class on every example of `pool`. A teacher whose training diverges
+/// (DivergedError) abstains: it adds no vote, and nothing says so, since whether
+/// it diverged depends on its private part (docs/pate.md). progress(teachers
+/// done, teachers).
 ArrayT<double> pate_teacher_votes(const PateTraining& how, const BatchT<float>& train,
                                   const std::vector<std::vector<std::size_t>>& parts, const BatchT<float>& pool,
                                   std::size_t classes, const std::function<void(std::size_t, std::size_t)>& progress = {});

@@ -1,9 +1,12 @@
 // dpgrad-audit's options (programs/audit/options.hpp).
 #include "programs/audit/options.hpp"
 
+#include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 #include "programs/cli.hpp"
 
@@ -42,6 +45,16 @@ Parsed parse_audit_options(int argc, const char* const* argv) {
   if (p.exit_code) return p;
   c.fault = audit_fault_from_string(fault);
   check_audit_config(c);
+  // the noise grid adds noise to values below 2^27 sigma C (docs/noise.md): the batch's clipped sum, the fixed
+  // examples and the canaries (a broken mechanism clips a canary at 10 C), must stay below it
+  if (c.fault != AuditFault::no_noise) {
+    const double batch = double(c.others) + (c.method == "one-run" ? double(c.canaries) : 1.0);
+    const double smallest = 4 * 10 * batch * std::ldexp(1.0, -27);
+    if (!(c.noise_multiplier >= smallest))
+      throw std::invalid_argument(fmt::format("--noise-multiplier {} is too small for the noise grid: the clipped "
+                                              "sum of {} examples needs at least {:.3g} (docs/noise.md)",
+                                              c.noise_multiplier, batch, smallest));
+  }
   return p;
 }
 

@@ -332,6 +332,23 @@ Split synthetic(std::size_t dim, std::size_t train_size, std::size_t test_size, 
   return s;
 }
 
+double checked_noise_norm(std::size_t n, std::size_t d, const ExperimentOptions& opts) {
+  require_lambda(opts.lambda, "checked_noise_norm");
+  if (opts.epsilons.empty()) throw std::invalid_argument("checked_noise_norm: no epsilon given");
+  const double smallest = *std::min_element(opts.epsilons.begin(), opts.epsilons.end());
+  const double sensitivity = release_sensitivity(n, opts.lambda, opts.solver.grad_tol);
+  const double norm = static_cast<double>(d) * sensitivity / smallest;
+  if (!(norm <= 1e150)) {
+    char text[240];
+    std::snprintf(text, sizeof text,
+                  "lambda %g makes the noise's expected norm %.3g at epsilon %g (sensitivity %.3g for N = %zu): too "
+                  "large to compute with (beyond 1e150); use a larger lambda",
+                  opts.lambda, norm, smallest, sensitivity, n);
+    throw std::invalid_argument(text);
+  }
+  return norm;
+}
+
 ExperimentResult run_experiment(const Split& split, const ExperimentOptions& opts, Rng& rng) {
   require_lambda(opts.lambda, "run_experiment");
   if (opts.epsilons.empty()) throw std::invalid_argument("run_experiment: no epsilon given");
@@ -342,6 +359,7 @@ ExperimentResult run_experiment(const Split& split, const ExperimentOptions& opt
     throw std::invalid_argument("run_experiment: repeats must be >= 1, got " + std::to_string(opts.repeats));
   if (split.train.d != split.test.d)
     throw std::invalid_argument("run_experiment: train and test have different feature counts");
+  checked_noise_norm(split.train.n, split.train.d, opts);
   ExperimentResult res;
   const auto t0 = std::chrono::steady_clock::now();
   res.solution = train(split.train, opts.lambda, opts.solver);
@@ -372,6 +390,8 @@ ExperimentResult run_experiment(const Split& split, const ExperimentOptions& opt
                                       : 0.0;
     r.mean_noise_norm = noise / R;
     res.results.push_back(r);
+    res.epsilon_total += R * eps;
+    res.releases += opts.repeats;
   }
   return res;
 }

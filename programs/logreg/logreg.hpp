@@ -111,15 +111,27 @@ struct EpsilonResult {
 };
 
 struct ExperimentResult {
-  Solution solution;
-  double train_accuracy = 0.0, test_accuracy = 0.0;  // non-private
+  Solution solution;                                 // w* itself: NOT private, never to be shown as it is
+  double train_accuracy = 0.0, test_accuracy = 0.0;  // of w*: NOT private
   double solve_seconds = 0.0;
   std::vector<EpsilonResult> results;   // one per epsilon, in the given order
+  /// Every release perturbs the same w*, so the run's guarantee is their
+  /// composition: pure DP adds up, epsilon_total = repeats * sum of the epsilons
+  /// over `releases` = repeats * (number of epsilons) releases.
+  double epsilon_total = 0.0;
+  long releases = 0;
 };
+
+/// The expected norm of the noise at the smallest epsilon, d Delta / epsilon
+/// (Delta of release_sensitivity for n training rows of d features). Throws
+/// std::invalid_argument (naming lambda) when it is beyond 1e150, where its square
+/// and the released weights no longer compute in double precision.
+double checked_noise_norm(std::size_t n, std::size_t d, const ExperimentOptions& opts);
 
 /// Solves once, then releases `repeats` private copies per epsilon with noise
 /// from rng and scores each on the test set. Throws std::invalid_argument for
-/// lambda <= 0, an epsilon <= 0 (or not finite), no epsilon, or repeats < 1.
+/// lambda <= 0, an epsilon <= 0 (or not finite), no epsilon, repeats < 1, or
+/// noise too large to compute with (checked_noise_norm), all before solving.
 ExperimentResult run_experiment(const Split& split, const ExperimentOptions& opts, Rng& rng);
 
 }  // namespace dpgrad::logreg

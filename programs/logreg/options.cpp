@@ -69,9 +69,19 @@ Parsed parse_logreg_options(int argc, const char* const* argv) {
   app.add_flag("--reproducible-noise", o.reproducible_noise,
                "noise from a generator seeded by --seed, so that results repeat: NOT private (the noise can be "
                "recomputed from the seed); default: the secure generator");
+  app.add_flag("--show-non-private", o.show_non_private,
+               "also show what is computed from the unnoised solution w*: its objective J(w*), the solver's "
+               "iterations and gradient norm, its train and test accuracy, and the noise's measured norm; all NOT "
+               "private and NOT covered by epsilon (labelled so)");
   app.add_flag("--json", o.json_out, "print one JSON object");
   p.exit_code = parse_arguments(app, argc, argv);
   if (p.exit_code) return p;
+  // options of the other dataset would be ignored: refused
+  const bool synthetic = o.dataset == "synthetic";
+  for (const char* flag : {"--dim", "--size", "--test-size", "--separation"})
+    require(synthetic || app.count(flag) == 0, std::string(flag) + " applies to --dataset synthetic only");
+  require(!synthetic || app.count("--classes") == 0,
+          "--classes picks two Fashion-MNIST classes: synthetic data has its own two (leave --classes out)");
   check(o);
   return p;
 }

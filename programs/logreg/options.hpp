@@ -18,6 +18,7 @@ struct Options {
   int repeats = 10;
   std::uint64_t seed = 42;
   bool reproducible_noise = false, json_out = false;
+  bool show_non_private = false;  // also show w*'s objective and accuracies: NOT private, not covered by epsilon
 };
 
 struct Parsed {

@@ -39,8 +39,9 @@ void check(const Options& o) {
   require(o.threshold <= double(o.teachers),
           fmt::format("--threshold {} is above the number of teachers ({}): no vote count can reach it", o.threshold,
                       o.teachers));
-  require(std::isfinite(o.sigma1) && o.sigma1 >= 0, fmt::format("--sigma1 must be >= 0 (0: no threshold test), got {}",
-                                                                o.sigma1));
+  // the noise grid takes standard deviations in [2^-900, 2^900] (docs/noise.md); like --sigma, below 1e6
+  require(o.sigma1 == 0 || (o.sigma1 >= 1e-6 && o.sigma1 < 1e6),
+          fmt::format("--sigma1 must be 0 (no threshold test) or in [1e-6, 1e6), got {}", o.sigma1));
   require(o.sigma.has_value() != o.target_epsilon.has_value(),
           "give one of --sigma (GNMax's noise) and --target-epsilon (calibrates it), not both");
   if (o.sigma)
@@ -110,6 +111,10 @@ Parsed parse_pate_options(int argc, const char* const* argv) {
   app.add_flag("--reproducible-noise", o.reproducible_noise,
                "aggregation noise and the teachers' partition key from --seed, so that results repeat: NOT private "
                "(the noise can be recomputed from the seed); default: the secure generator");
+  app.add_flag("--show-data-dependent-epsilon", o.show_data_dependent,
+               "also print the data-dependent epsilon of Papernot et al. 2018: it is computed from the teachers' "
+               "private vote counts, so showing it LEAKS information about the private data that no epsilon covers "
+               "(for research on the analysis only)");
   app.add_flag("--json", o.json_out, "print one JSON object");
   p.exit_code = parse_arguments(app, argc, argv);
   if (p.exit_code) return p;

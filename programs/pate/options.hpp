@@ -26,6 +26,7 @@ struct Options {
   double pseudo_confidence = 0.9;  // unanswered pool images the student labels itself at this confidence (0: none)
   std::uint64_t seed = 1;          // initialisation and data order (public randomness)
   bool reproducible_noise = false, json_out = false;
+  bool show_data_dependent = false;  // print the data-dependent epsilon: computed from the private votes, it leaks
 };
 
 struct Parsed {

@@ -9,6 +9,7 @@
 
 #include "optim/checkpoint/checkpoint.hpp"
 #include "optim/clipping/clip_spec.hpp"
+#include "privacy/schedule.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::train {
@@ -34,13 +35,18 @@ double default_learning_rate(const std::string& optimizer) {
   return base == "adam" || base == "adambc" ? 1e-3 : 0.1;
 }
 
-void check_train_options(Options& o) {
+void check_train_options(Options& o, const std::set<std::string>& given) {
   const bool dp = is_dp(o.optimizer);
   require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
   require(o.vocabulary >= 3 && o.vocabulary <= 10000000,
           fmt::format("--vocabulary must be in [3, 10^7] (padding, unknown and at least one word), got {}", o.vocabulary));
   require(o.centre_features >= 0 && std::isfinite(o.centre_features),
           fmt::format("--centre-features must be a noise multiplier >= 0 (0: off), got {}", o.centre_features));
+  if (o.centre_features > 0) {
+    require(o.model == "scatter-linear" || o.model == "scatter-cnn",
+            "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
+    require(dp, "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
+  }
   require(!o.frozen_embedding || o.model == "transformer",
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
   if (!o.lr) o.lr = default_learning_rate(o.optimizer);
@@ -54,6 +60,8 @@ void check_train_options(Options& o) {
           "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
   require(o.adambc_floor > 0 && std::isfinite(o.adambc_floor),
           fmt::format("--adambc-floor must be > 0, got {}", o.adambc_floor));
+  require(o.sampler == "poisson" || o.sampler == "shuffle" || o.sampler == "fixed",
+          "unknown --sampler '" + o.sampler + "' (poisson, shuffle, fixed)");
   if (dp) {
     require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
     const ClipSpec spec = parse_clip_spec(o.strategy);  // throws on an unknown one
@@ -63,15 +71,42 @@ void check_train_options(Options& o) {
                                      "(ghost and vanilla give exact norms faster)", o.strategy));
     }
     require(o.noise_multiplier || o.target_epsilon, "a private run needs --noise-multiplier or --target-epsilon");
-    require(!o.noise_multiplier || *o.noise_multiplier >= 0,
+    require(!o.noise_multiplier || (*o.noise_multiplier >= 0 && std::isfinite(*o.noise_multiplier)),
             fmt::format("--noise-multiplier must be >= 0, got {}", o.noise_multiplier.value_or(0)));
-    require(!o.target_epsilon || *o.target_epsilon > 0, "--target-epsilon must be > 0");
-    require(o.clip_norm > 0 && o.clip_norm <= 1e6, fmt::format("--clip-norm must be in (0, 1e6], got {}", o.clip_norm));
+    require(!o.target_epsilon || (*o.target_epsilon > 0 && std::isfinite(*o.target_epsilon)),
+            "--target-epsilon must be > 0 and finite");
+    // below 1e-12 the noise sigma C leaves the noise grid's range for every useful sigma (docs/noise.md)
+    require(o.clip_norm >= 1e-12 && o.clip_norm <= 1e6,
+            fmt::format("--clip-norm must be in [1e-12, 1e6], got {}", o.clip_norm));
+    if (o.noise_multiplier && *o.noise_multiplier > 0) {  // a tiny one proves no finite epsilon (said later)
+      const double noise_std = *o.noise_multiplier * o.clip_norm;
+      require(noise_std <= 0x1.0p900,
+              fmt::format("--noise-multiplier {} times --clip-norm {} is a noise standard deviation of {}, outside the "
+                          "noise grid's range [2^-900, 2^900] (docs/noise.md)", *o.noise_multiplier, o.clip_norm,
+                          noise_std));
+    }
     require(!o.delta || (*o.delta > 0 && *o.delta < 1), fmt::format("--delta must be in (0, 1), got {}", o.delta.value_or(0)));
     if (o.noise_multiplier && *o.noise_multiplier == 0)
       require(o.allow_no_noise, "--noise-multiplier 0 adds no noise and is NOT private; add --allow-no-noise to insist");
+    if (!o.accountant.empty() && o.accountant != "gdp") {
+      require(o.accountant == "pld" || o.accountant == "rdp" || o.accountant == "wor" || o.accountant == "shuffle",
+              "unknown accountant '" + o.accountant + "' (pld, rdp, wor, shuffle)");
+      const std::string analyses = privacy::analysed_sampler(o.accountant);
+      require(analyses == o.sampler,
+              "--accountant " + o.accountant + " does not fit --sampler " + o.sampler + ": it analyses " + analyses +
+                  " sampling (--sampler " + o.sampler + " goes with --accountant " +
+                  privacy::default_accountant(o.sampler) + (o.sampler == "poisson" ? " or rdp" : "") + ")");
+    }
   } else {
     require(!o.noise_multiplier && !o.target_epsilon, "--noise-multiplier/--target-epsilon need a dp-* optimizer");
+    // settings of the private mechanism that a non-private run would ignore
+    const std::string why = " has no effect in a non-private run (--optimizer " + o.optimizer +
+                            ": no clipping, no noise, no accountant, batches shuffled); leave it out, or use a dp-* "
+                            "optimizer";
+    for (const char* flag : {"clip-norm", "delta", "accountant", "epoch-fraction"})
+      require(given.count(flag) == 0, std::string("--") + flag + why);
+    require(given.count("clip-strategy") == 0 || o.strategy == "none", "--clip-strategy " + o.strategy + why);
+    require(given.count("sampler") == 0 || o.sampler == "shuffle", "--sampler " + o.sampler + why);
     o.strategy = "none";
   }
   if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
@@ -92,6 +127,17 @@ void check_train_options(Options& o) {
           "--layer-snr compares the gradient with its noise: it needs a private run with noise");
   require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
   require(o.sat_rho >= 0 && std::isfinite(o.sat_rho), fmt::format("--sat-rho must be >= 0 (0: off), got {}", o.sat_rho));
+  if (!o.classes.empty()) {
+    require(o.classes.size() >= 2, "--classes needs at least two classes");
+    for (std::size_t i = 0; i < o.classes.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j) require(o.classes[i] != o.classes[j], "--classes: a class is repeated");
+  }
+  require(o.normalize.empty() ||
+              (o.normalize.size() == 2 && o.normalize[1] > 0 && std::isfinite(o.normalize[0]) && std::isfinite(o.normalize[1])),
+          "--normalize needs MEAN,STD with STD > 0 (Fashion-MNIST's published values: 0.2860,0.3530)");
+  for (const char* flag : {"augment-shift", "augment-no-flip"})
+    require(given.count(flag) == 0 || o.augment_views > 0,
+            std::string("--") + flag + " shapes the views of --augment-views, which is off: give --augment-views K");
 }
 ParsedOptions parse_train_options(int argc, const char* const* argv) {
   ParsedOptions r;
@@ -115,6 +161,9 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
                  "normalised features, a Gaussian release of this noise multiplier accounted with the run (0: off)")
       ->capture_default_str();
   app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
+  app.add_flag("--show-record-counts", o.show_record_counts,
+               "with --classes: print how many training and test records the kept classes hold; those counts are "
+               "computed from the private labels and are NOT covered by epsilon (docs/what-epsilon-covers.md)");
   app.add_option("--normalize", o.normalize,
                  "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
                  "the private data")

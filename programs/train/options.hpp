@@ -50,6 +50,7 @@ struct Options {
   std::string checkpoint_dir, plot;
   long checkpoint_every = 0;
   bool resume = false;
+  bool show_record_counts = false;  // --classes: print how many records the kept classes hold (private counts)
 };
 
 /// Calls f(flag, field) for every option that defines a run: what a checkpoint
@@ -142,8 +143,10 @@ struct ParsedOptions {
 ParsedOptions parse_train_options(int argc, const char* const* argv);
 
 /// Checks every option that needs no data or file (fills in the default
-/// learning rate); throws std::invalid_argument naming the problem.
-void check_train_options(Options& o);
+/// learning rate); throws std::invalid_argument naming the problem. `given`:
+/// the run-defining flags on the command line (ParsedOptions::given), so that
+/// settings a run would ignore (--clip-norm in a non-private run, say) are refused.
+void check_train_options(Options& o, const std::set<std::string>& given = {});
 
 /// --resume: from the checkpoint's extra JSON `resumed` (read and verified by the
 /// caller), checks that no given flag contradicts the stored run, and takes the

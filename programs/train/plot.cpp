@@ -1,25 +1,29 @@
-// dpgrad-train's plot (programs/train/plot.hpp): gnuplot run as a child process.
+// dpgrad-train's plot (programs/train/plot.hpp): gnuplot run as a child process
+// on a fixed script, in a private temporary folder.
 #include "programs/train/plot.hpp"
 
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
-#include <cerrno>
-#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <vector>
 
 #include <fmt/core.h>
 
+#include "programs/cli.hpp"
+
 namespace dpgrad::train {
 
 using json = nlohmann::json;
 
-/// Runs `gnuplot ARGS...`; returns its exit status (127 when it cannot be started).
 namespace {
+
+/// Runs `gnuplot ARGS...` without a shell; returns its exit status (127 when it cannot be started).
 int run_gnuplot(std::vector<std::string> args) {
   std::vector<char*> argv;
   std::string prog = "gnuplot";
@@ -33,6 +37,38 @@ int run_gnuplot(std::vector<std::string> args) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/// The script: ARG1 the data file, ARG2 the image, ARG3 the title, ARG4 "epsilon"
+/// for a second axis. String variables are values to gnuplot, never code.
+constexpr const char* kScript =
+    "set terminal pngcairo size 900,560 font 'sans,11'\n"
+    "set output ARG2\n"
+    "set title ARG3 noenhanced\n"
+    "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\nset grid\nset key bottom right\n"
+    "set datafile missing 'NaN'\n"
+    "stats ARG1 using 1 nooutput\n"
+    "if (STATS_records <= 20) set xtics 1\n"
+    "if (ARG4 eq 'epsilon') {\n"
+    "  set y2label 'epsilon'\n  set y2tics\n  set ytics nomirror\n"
+    "  plot ARG1 using 1:2 with linespoints lw 2 title 'test accuracy', "
+    "'' using 1:3 axes x1y2 with linespoints lw 2 title 'epsilon (spent so far)'\n"
+    "} else {\n"
+    "  plot ARG1 using 1:2 with linespoints lw 2 title 'test accuracy'\n"
+    "}\n";
+
+/// A private folder under the temporary directory, removed with its contents.
+struct TempFolder {
+  std::filesystem::path path;
+  TempFolder() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dpgrad-plot-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temporary folder for the plot");
+    path = pattern;
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
 void require_gnuplot() {
@@ -41,55 +77,32 @@ void require_gnuplot() {
         "--plot needs gnuplot, which was not found: install it with 'sudo apt-get install gnuplot-nox' (./dev deps does)");
 }
 
-void require_writable_file(const std::string& path, const std::string& flag) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw std::invalid_argument(flag + " " + path + " is a folder, not a file name");
-  const std::string probe = path + ".write-test-" + std::to_string(getpid());
-  {
-    std::ofstream out(probe);
-    if (!out) throw std::invalid_argument(flag + " " + path + ": cannot write there (" + std::strerror(errno) + ")");
-  }
-  fs::remove(probe, ec);
-}
-
 void plot_history(const std::string& out, const nlohmann::json& history, bool with_epsilon, const std::string& title) {
-  namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("dpgrad-plot-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  TempFolder dir;
+  const std::filesystem::path data = dir.path / "history.dat", script = dir.path / "plot.gp", png = dir.path / "plot.png";
   {
-    std::ofstream data(dir / "history.dat");
-    data << "# epoch test_accuracy_percent epsilon\n";
+    std::ofstream d(data);
+    d << "# epoch test_accuracy_percent epsilon\n";
     for (const auto& row : history) {
       const json& e = row.contains("epsilon") ? row["epsilon"] : json();
-      data << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' '
-           << (e.is_number() ? fmt::format("{}", e.get<double>()) : std::string("NaN")) << '\n';
+      d << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' '
+        << (e.is_number() ? fmt::format("{}", e.get<double>()) : std::string("NaN")) << '\n';
     }
-    std::string tmp_png = out + ".tmp" + std::to_string(getpid());
-    std::ofstream gp(dir / "plot.gp");
-    gp << "set terminal pngcairo size 900,560 font 'sans,11'\n"
-       << "set output '" << tmp_png << "'\n"
-       << "set title \"" << title << "\" noenhanced\n"
-       << "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\nset grid\nset key bottom right\n"
-       << (history.size() <= 20 ? "set xtics 1\n" : "")
-       << "set datafile missing 'NaN'\n";
-    if (with_epsilon) {
-      gp << "set y2label 'epsilon'\nset y2tics\nset ytics nomirror\n"
-         << "plot '" << (dir / "history.dat").string() << "' using 1:2 with linespoints lw 2 title 'test accuracy', "
-         << "'' using 1:3 axes x1y2 with linespoints lw 2 title 'epsilon (spent so far)'\n";
-    } else {
-      gp << "plot '" << (dir / "history.dat").string() << "' using 1:2 with linespoints lw 2 title 'test accuracy'\n";
-    }
+    std::ofstream s(script);
+    s << kScript;
+    if (!d || !s) throw std::runtime_error("cannot write the plot's data in " + dir.path.string());
   }
-  int rc = run_gnuplot({(dir / "plot.gp").string()});
-  std::error_code ec;
-  std::string tmp_png = out + ".tmp" + std::to_string(getpid());
-  if (rc == 0) fs::rename(tmp_png, out, ec);
-  fs::remove_all(dir);
-  if (rc != 0 || ec) {
-    fs::remove(tmp_png, ec);
-    throw std::runtime_error("gnuplot could not write " + out + (rc != 0 ? fmt::format(" (exit status {})", rc) : ""));
-  }
+  // control characters would only garble the title: shown as '?'
+  std::string shown = title;
+  for (char& c : shown)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  const int rc = run_gnuplot({"-c", script.string(), data.string(), png.string(), shown, with_epsilon ? "epsilon" : "-"});
+  std::ifstream in(png, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (rc != 0 || bytes.empty())
+    throw std::runtime_error("gnuplot could not draw the plot for " + out +
+                             (rc != 0 ? fmt::format(" (exit status {})", rc) : std::string()));
+  write_output_file(out, bytes, "--plot");
 }
 
 }  // namespace dpgrad::train

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "data/datasets.hpp"
 #include "data/idx.hpp"
 
 namespace fs = std::filesystem;
@@ -198,11 +199,50 @@ TEST_CASE("idx: every malformed file is a DataError naming the file") {
     images_error(header(0x803, {3, 0, 4}), false, {"bad image size 0 x 4"});
   }
   SUBCASE("corrupt header sizes: no giant allocation") {
-    images_error(header(0x803, {0xffffffffu, 0xffffffffu, 0xffffffffu}), false, {"implausible header"});
-    // 50M images of 28 x 28 (39 GB) announced, 24 bytes present: a truncation error.
+    images_error(header(0x803, {0xffffffffu, 0xffffffffu, 0xffffffffu}), false, {"more than the 2 GiB"});
+    // 50M images of 28 x 28 (39 GB) announced, 24 bytes present: refused from the header, before reading
     Bytes b = header(0x803, {50000000u, 28, 28});
     b.insert(b.end(), pixels24.begin(), pixels24.end());
-    images_error(b, false, {"truncated: expected 39200000000 image bytes, got 24"});
+    images_error(b, false, {"50000000 images of 28 x 28 pixels", "36.51 GiB", "more than the 2 GiB"});
+    // 2 x 12 pixels announced and present: read
+    Bytes ok = header(0x803, {2, 3, 4});
+    ok.insert(ok.end(), pixels24.begin(), pixels24.end());
+    write_bytes(bad, ok, false);
+    CHECK(read_idx_images(bad).count == 2);
+  }
+  SUBCASE("a gzip bomb's header (3 GB announced) names the file and the size") {
+    // what 3 GB of zeros would start with; the rest is never read
+    Bytes b = header(0x803, {3000u, 1000u, 1000u});
+    b.insert(b.end(), 4096, 0);
+    images_error(b, true, {"3000 images of 1000 x 1000 pixels", "2.79 GiB", "11.18 GiB as floats",
+                           "more than the 2 GiB dpgrad reads"});
+    Bytes l = header(0x801, {3000000000u});
+    write_bytes(bad, l, true);
+    check_error([&] { read_idx_labels(bad); }, {bad, "3000000000 labels", "2.79 GiB"});
+  }
+  SUBCASE("bytes after the gzip stream are refused, as bytes after a plain file's data are") {
+    Bytes b = header(0x803, {3, 2, 4});
+    b.insert(b.end(), pixels24.begin(), pixels24.end());
+    write_bytes(bad, b, true);
+    Bytes gz = read_bytes(bad);
+    Bytes garbage = gz;
+    garbage.insert(garbage.end(), {'j', 'u', 'n', 'k', '!', 0, 0});
+    write_bytes(bad, garbage, false);
+    check_error([&] { read_idx_images(bad); }, {bad, "trailing data: 7 bytes after the end of the gzip stream"});
+    Bytes zeros = gz;
+    zeros.insert(zeros.end(), 512, 0);  // padding, as some tools leave it
+    write_bytes(bad, zeros, false);
+    check_error([&] { read_idx_images(bad); }, {bad, "trailing data: 512 bytes"});
+    // two gzip members in one file read as one stream (gzip(1) reads them so)
+    Bytes first(b.begin(), b.begin() + 20), second(b.begin() + 20, b.end());
+    const std::string part = dir / "part.gz";
+    write_bytes(part, first, true);
+    Bytes joined = read_bytes(part);
+    write_bytes(part, second, true);
+    const Bytes tail = read_bytes(part);
+    joined.insert(joined.end(), tail.begin(), tail.end());
+    write_bytes(bad, joined, false);
+    CHECK(read_idx_images(bad).pixels == std::vector<std::uint8_t>(pixels24.begin(), pixels24.end()));
   }
   SUBCASE("images and labels disagree") {
     write_idx_labels(bad, {1, 2}, false);
@@ -217,6 +257,28 @@ TEST_CASE("idx: every malformed file is a DataError naming the file") {
     CHECK_THROWS_AS(write_idx_images(dir / "x", flat, false), std::invalid_argument);
     CHECK_THROWS_AS(write_idx_labels((dir / "no-such-dir") + "/x", kLabels, false), DataError);
   }
+}
+
+TEST_CASE("idx: a loop of symbolic links or a broken link is named as such, not as a missing file") {
+  TempDir dir;
+  const fs::path folder = dir.path / "data";
+  fs::create_directory(folder);
+  write_idx_labels((folder / "train-labels-idx1-ubyte").string(), kLabels, false);
+  write_idx_images((folder / "t10k-images-idx3-ubyte").string(), sample_images(), false);
+  write_idx_labels((folder / "t10k-labels-idx1-ubyte").string(), kLabels, false);
+  // train images: a link to a file that does not exist
+  fs::create_symlink(dir.path / "gone.gz", folder / "train-images-idx3-ubyte.gz");
+  check_error([&] { dpgrad::data::load_dataset("idx:" + folder.string()); },
+              {"train-images-idx3-ubyte.gz", "a symbolic link to a file that does not exist"});
+  // a loop of two links
+  fs::remove(folder / "train-images-idx3-ubyte.gz");
+  fs::create_symlink(folder / "other", folder / "train-images-idx3-ubyte.gz");
+  fs::create_symlink(folder / "train-images-idx3-ubyte.gz", folder / "other");
+  check_error([&] { dpgrad::data::load_dataset("idx:" + folder.string()); },
+              {"train-images-idx3-ubyte.gz", "a loop of symbolic links"});
+  // truly missing: the hint
+  fs::remove(folder / "train-images-idx3-ubyte.gz");
+  check_error([&] { dpgrad::data::load_dataset("idx:" + folder.string()); }, {"no such file", "idx:PATH needs"});
 }
 
 TEST_CASE("idx: Fashion-MNIST location and missing-package message") {

@@ -360,6 +360,28 @@ TEST_CASE("text: reading a class-folder tree") {
   check_error([&] { read_text_folder(root.path.string()); }, {"broken.txt", "a symbolic link to a file that does not exist"});
 }
 
+TEST_CASE("text: a test class folder that train lacks is refused, not skipped") {
+  TempDir root;
+  write_file(root.path / "train" / "neg" / "a.txt", "dull");
+  write_file(root.path / "train" / "pos" / "b.txt", "great");
+  write_file(root.path / "test" / "neg" / "c.txt", "boring");
+  write_file(root.path / "test" / "pos" / "d.txt", "superb");
+  CHECK(load_dataset("text:" + root.path.string()).test.size() == 2);
+  write_file(root.path / "test" / "neutral" / "e.txt", "fine");
+  check_error([&] { load_dataset("text:" + root.path.string()); },
+              {root / "test/neutral", "no counterpart in", "neg, pos"});
+}
+
+TEST_CASE("text: a document larger than the cap is named with its size, before it is read") {
+  TempDir root;
+  write_file(root.path / "pos" / "a.txt", "fine");
+  const fs::path big = root.path / "neg" / "huge.txt";
+  write_file(big, "");
+  fs::resize_file(big, 3000000000ULL);  // a sparse 3 GB file: nothing is written
+  check_error([&] { read_file(big); }, {big.string(), "3000000000 bytes", "64 MiB"});
+  check_error([&] { read_text_folder(root.path.string()); }, {"huge.txt", "3000000000 bytes"});
+}
+
 TEST_CASE("spamassassin: hash, body, split rule") {
   // Published FNV-1a 64 test vectors.
   CHECK(fnv1a64("") == 0xcbf29ce484222325ULL);

@@ -436,6 +436,60 @@ TEST_CASE("dp optimizer: a noise multiplier too large for the grid's allowance i
                        doctest::Contains("too large for the noise grid"), std::invalid_argument);
 }
 
+TEST_CASE("dp optimizer: noise the grid cannot hold is refused naming clip norm and noise multiplier") {
+  FastRng init(34);
+  ReproducibleRng noise(35), aux(36);
+  ClaimedRate sampler(0.01, 4);
+  auto model = tiny_model(init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  auto strategy = make_clip_strategy<double>("ghost");
+  // sigma C below the grid's 2^-900: named by its two factors, not as the grid's internals
+  CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *strategy, {1e-300, 1.0}, sampler, noise, aux, nullptr),
+                       doctest::Contains("noise multiplier 1 times clip norm 1e-300"), std::invalid_argument);
+  // a batch of about 4 contributions needs sigma >= 4 * 4 * 2^-27 on the grid; 1e-9 used to fail in the first step
+  CHECK_THROWS_WITH_AS(DPOptimizerT<double>(*model, sgd, *strategy, {1.0, 1e-9}, sampler, noise, aux, nullptr),
+                       doctest::Contains("too small for the noise grid"), std::invalid_argument);
+  CHECK_NOTHROW(DPOptimizerT<double>(*model, sgd, *strategy, {1.0, 1e-6}, sampler, noise, aux, nullptr));
+}
+
+TEST_CASE("dp optimizer: parameters that explode stop the run after the step is accounted") {
+  FastRng init(37), data(38);
+  ReproducibleRng noise(39), aux(40);
+  auto model = tiny_model(init);
+  const BatchT<double> b = four_examples(data);
+  auto sampler = make_sampler("poisson", 1000, 4);
+  auto strategy = make_clip_strategy<double>("ghost");
+  for (const double lr : {1e20, 1e308}) {  // huge, and (lr times a gradient) infinite
+    CAPTURE(lr);
+    auto acc = privacy::make_accountant("pld");
+    SgdT<double> sgd(model->parameters(), lr);
+    DPOptimizerT<double> dp(*model, sgd, *strategy, {1.0, 1.0}, *sampler, noise, aux, acc.get());
+    CHECK_THROWS_WITH_AS(dp.step(b), doctest::Contains("the parameters diverged: d."), DivergedError);
+    REQUIRE(acc->ledger().size() == 1);  // the step was taken: it counts
+    CHECK(acc->ledger()[0].count == 1);
+  }
+  // non-private training too; a bound of the caller's choosing; infinity: only non-finite values stop
+  FastRng again(37);
+  auto fresh = tiny_model(again);
+  auto none = make_clip_strategy<double>("none");
+  SgdT<double> big(fresh->parameters(), 1e3);
+  DPConfig tight{1.0, 1.0};
+  tight.max_parameter = 1e-3;
+  DPOptimizerT<double> strict(*fresh, big, *none, tight, *sampler, noise, aux, nullptr);
+  CHECK_THROWS_AS(strict.step(b), DivergedError);
+  FastRng third(37);
+  auto relaxed_model = tiny_model(third);
+  SgdT<double> sgd(relaxed_model->parameters(), 1e20);
+  DPConfig relaxed{1.0, 1.0};
+  relaxed.max_parameter = INFINITY;
+  DPOptimizerT<double> loose(*relaxed_model, sgd, *none, relaxed, *sampler, noise, aux, nullptr);
+  CHECK_NOTHROW(loose.step(b));
+  DPConfig zero{1.0, 1.0};
+  zero.max_parameter = 0;
+  CHECK_THROWS_AS(DPOptimizerT<double>(*relaxed_model, sgd, *none, zero, *sampler, noise, aux, nullptr),
+                  std::invalid_argument);
+}
+
 TEST_CASE("dp optimizer: microbatches count their 2C once, under add/remove and replace-one alike") {
   // add/remove (rdp, pld): vanilla C, microbatch 2C, so sigma / 2. replace-one (wor, shuffle):
   // 2C for both, already inside the accountants' formula, so sigma itself (not sigma / 2).

@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include "data/datasets.hpp"
 #include "engine/random.hpp"
 #include "layers/models.hpp"
 #include "optim/pate/teachers.hpp"
@@ -108,4 +109,22 @@ TEST_CASE("pate teachers: one vote per teacher per pool example, and agreeing te
   }
   CHECK(unanimous_and_right >= 55);
   CHECK(top_classes(ArrayT<float>{{0.f, 2.f, 2.f}, {3.f, -1.f, 0.f}}) == std::vector<std::int32_t>{1, 0});
+}
+
+TEST_CASE("pate teachers: a teacher whose training diverges abstains, and the run goes on") {
+  const data::DataSplit d = data::load_dataset("synthetic");
+  const BatchT<float> train = d.train.select([] {
+    std::vector<std::size_t> r(200);
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] = i;
+    return r;
+  }());
+  const BatchT<float> pool = d.test.select({0, 1, 2, 3, 4, 5, 6, 7});
+  const auto parts = pate_partition(train.ids, hash_key_from_seed(1, "test"), 4);
+  auto logreg = [](Rng& rng) { return make_mlp<float>({784, 10}, Activation::relu, rng); };
+  PateTraining sane{logreg, 1, 16, 0.05, 0.9, 3};
+  const ArrayT<double> votes = pate_teacher_votes(sane, train, parts, pool, 10);
+  CHECK(double(xt::sum(votes)()) == 4.0 * 8);  // one vote per teacher per pool image
+  PateTraining wild{logreg, 1, 16, 1e30, 0.9, 3};  // every teacher's parameters explode
+  const ArrayT<double> none = pate_teacher_votes(wild, train, parts, pool, 10);
+  CHECK(double(xt::sum(none)()) == 0.0);
 }

@@ -194,6 +194,26 @@ TEST_CASE("PLD: Poisson-subsampled epsilon is monotone, and vanishes as q -> 0")
   CHECK(run(1.0, 1.0, 1).epsilon(delta) > run(0.5, 1.0, 1).epsilon(delta));
 }
 
+TEST_CASE("PLD: a huge noise multiplier gives a tiny epsilon, never inf, and larger ones never more") {
+  // sigma 1e8 used to give inf: the cut above y_hi fell in the bulk of the distribution, and rounding that
+  // whole region down one grid step sent about h of its mass to +infinity (more than delta)
+  const double delta = 1e-5, q = 256.0 / 60000;
+  for (long steps : {1L, 235L}) {
+    double prev = std::numeric_limits<double>::infinity();
+    for (double sigma : {1e3, 1e5, 1e6, 1e7, 1e8, 1e9, 1e12, 1e15}) {
+      CAPTURE(steps);
+      CAPTURE(sigma);
+      const double e = run(q, sigma, steps).epsilon(delta);
+      CHECK(std::isfinite(e));
+      CHECK(e <= prev);
+      if (sigma >= 1e5) CHECK(e < 1e-6);
+      prev = e;
+    }
+  }
+  // the same in the add direction's bounded loss, with a large q: within two grid steps (5e-5 each) of 0
+  for (double sigma : {1e6, 1e9}) CHECK(run(0.9, sigma, 100).epsilon(delta) < 1e-4);
+}
+
 TEST_CASE("PLD: reference point N=60000, L=256, sigma=1.1, 60 epochs, delta=1e-5") {
   const double q = 256.0 / 60000.0;
   const long steps = steps_for(60000, 256, 60);

@@ -1,11 +1,15 @@
 // dpgrad-train's option parsing as a function: hostile command lines end in a
 // clean error or exit code, never a crash or a silently odd run.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "programs/train/options.hpp"
+#include "programs/cli.hpp"
 
 using dpgrad::train::parse_train_options;
 
@@ -38,4 +42,48 @@ TEST_CASE("dpgrad-train options: parsed as a function; flags given are recorded;
   auto demo = parse({"--demo"});
   CHECK(demo.options.model == "cnn26k");
   CHECK(demo.options.target_epsilon == 3.0);
+}
+
+TEST_CASE("dpgrad-train options: every option that holds numbers refuses an empty value and hexadecimal") {
+  // the option parser knows which options hold numbers (the fuzz harnesses check them against argv)
+  CHECK_FALSE(parse({"--momentum", "0.5"}).exit_code);
+  const auto& numeric = dpgrad::numeric_options_seen();
+  for (const char* flag : {"--momentum", "--ema", "--weight-decay", "--sat-rho", "--lr-final", "--centre-features",
+                           "--epochs", "--batch-size", "--classes", "--normalize", "--threads", "--lr"}) {
+    CAPTURE(flag);
+    CHECK(std::find(numeric.begin(), numeric.end(), flag) != numeric.end());
+    auto empty = parse({flag, ""});
+    REQUIRE(empty.exit_code);
+    CHECK(*empty.exit_code == 2);
+    auto hex = parse({flag, "0x10"});
+    REQUIRE(hex.exit_code);
+    CHECK(*hex.exit_code == 2);
+  }
+  CHECK(*parse({"--batch-size", "010"}).exit_code == 2);  // CLI11 would read it as octal 8
+  CHECK(parse({"--batch-size", "10"}).options.batch == 10);
+  CHECK(parse({"--lr", "1e-3"}).options.lr == 1e-3);
+  CHECK(parse({"--sat-rho", "inf"}).options.sat_rho == INFINITY);  // a number: refused later, by the checks
+  CHECK(dpgrad::is_decimal_real("-1.5e+3"));
+  CHECK(dpgrad::is_decimal_real(".5"));
+  for (const char* bad : {"", " 1", "1 ", "0x1p3", "1e", "e5", "--1", "1.2.3", "nan(1)"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(dpgrad::is_decimal_real(bad));
+  }
+}
+
+TEST_CASE("dpgrad-train options: settings a non-private run would ignore are refused before any data is read") {
+  for (const std::vector<std::string>& more :
+       {std::vector<std::string>{"--clip-norm", "2"}, {"--delta", "1e-6"}, {"--accountant", "pld"},
+        {"--sampler", "fixed"}, {"--clip-strategy", "ghost"}, {"--epoch-fraction", "0.5"}}) {
+    CAPTURE(more[0]);
+    auto p = parse(more);
+    REQUIRE_FALSE(p.exit_code);
+    CHECK_THROWS_WITH_AS(dpgrad::train::check_train_options(p.options, p.given), doctest::Contains("has no effect"),
+                         std::invalid_argument);
+  }
+  auto none = parse({"--clip-strategy", "none", "--sampler", "shuffle", "--physical-batch-size", "16"});
+  CHECK_NOTHROW(dpgrad::train::check_train_options(none.options, none.given));
+  auto p = parse({"--optimizer", "dp-sgd", "--noise-multiplier", "1", "--sampler", "fixed", "--accountant", "rdp"});
+  CHECK_THROWS_WITH_AS(dpgrad::train::check_train_options(p.options, p.given),
+                       doctest::Contains("--accountant rdp does not fit --sampler fixed"), std::invalid_argument);
 }
