@@ -48,6 +48,9 @@
 #include "bench/options.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "onnx/onnx.hpp"
+#endif
 #include "optim/dp_optimizer.hpp"
 #include "optim/sampler.hpp"
 
@@ -65,7 +68,34 @@ constexpr int kExitError = 4;
 
 // ---------------------------------------------------------------- child side
 
+/// A benchmark model by name, or an ONNX file's ("onnx:PATH").
+std::unique_ptr<ModelT<float>> bench_model(const std::string& name, Rng& init) {
+  if (name.rfind("onnx:", 0) == 0) {
+#if DPGRAD_HAVE_ONNX
+    return onnx::load<float>(name.substr(5));
+#else
+    throw std::invalid_argument("--model " + name + ": this dpgrad was built without ONNX (-Donnx)");
+#endif
+  }
+  return make_model<float>(name, init);
+}
+
 BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t seed) {
+#if DPGRAD_HAVE_ONNX
+  if (model.rfind("onnx:", 0) == 0) {  // synthetic data of the shape the file declares
+    const onnx::InputSpec in = onnx::load<float>(model.substr(5))->input();
+    if (in.tokens) return data::synthetic_tokens(b, in.sample_shape.at(0), kVocabulary, seed);
+    BatchT<float> batch = data::synthetic_images(b, seed);
+    Shape s{b};
+    s.insert(s.end(), in.sample_shape.begin(), in.sample_shape.end());
+    if (shape_of(batch.inputs) != s) {
+      FastRng rng(seed + 1);
+      batch.inputs = ArrayT<float>::from_shape(s);
+      for (auto& v : batch.inputs) v = float(rng.normal());
+    }
+    return batch;
+  }
+#endif
   if (model_reads_tokens(model)) return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
   if (model_reads_scattering(model)) {  // the heads' input: features computed once, before training
     BatchT<float> batch = data::synthetic_images(b, seed);
@@ -125,7 +155,7 @@ int run_child(const Options& o) {
   try {
     if (o.child_as_limit > 0) limit_address_space(o.child_as_limit);
     FastRng init(o.seed);
-    auto model = make_model<float>(model_name, init);
+    auto model = bench_model(model_name, init);
     BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
     Stepper method(*model, o.child_method, o.optimizer, b);
     out["base_rss_kb"] = self_status_kb("VmRSS");
@@ -714,7 +744,7 @@ int run_noise_cost(const Options& o) {
   const std::size_t b = o.batches.at(0);
   const std::string method = o.methods.size() == 1 ? o.methods[0] : "ghost";
   FastRng init(o.seed);
-  auto model = make_model<float>(model_name, init);
+  auto model = bench_model(model_name, init);
   BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
   Stepper stepper(*model, method, o.optimizer, b);
   const std::size_t p = model->parameter_count();
