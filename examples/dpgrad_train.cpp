@@ -35,6 +35,9 @@
 #include "data/augment.hpp"
 #include "data/datasets.hpp"
 #include "layers/models.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "onnx/onnx.hpp"
+#endif
 #include "optim/averaging.hpp"
 #include "optim/checkpoint.hpp"
 #include "optim/dp_optimizer.hpp"
@@ -258,7 +261,35 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
   FastRng init_rng(o.seed);
   Activation act = parse_activation(o.activation);
   std::unique_ptr<ModelT<float>> model;
-  if (model_reads_tokens(o.model)) {
+  if (o.model.rfind("onnx:", 0) == 0) {  // an imported model: its input and output shapes must fit the data
+#if DPGRAD_HAVE_ONNX
+    onnx::LoadOptions lo;
+    lo.freeze = o.freeze;
+    lo.dropout_seed = o.seed;
+    auto m = onnx::load<float>(o.model.substr(5), lo);
+    const onnx::InputSpec& in = m->input();
+    Shape data_shape = data.tokens ? shape_of(data.train.tokens) : shape_of(data.train.inputs);
+    data_shape.erase(data_shape.begin());
+    require(in.tokens == data.tokens,
+            fmt::format("{} reads {} but {} holds {}", o.model, in.tokens ? "token ids" : "float inputs", o.dataset,
+                        data.tokens ? "token ids" : "images"));
+    require(data_shape == in.sample_shape,
+            fmt::format("{} reads examples of shape {} (input '{}'), {} gives {}{}", o.model, shape_str(in.sample_shape),
+                        in.name, o.dataset, shape_str(data_shape),
+                        data.tokens ? " (sequences of that length: export the model for it)" : ""));
+    require(m->output_classes() == data.classes,
+            fmt::format("{} outputs {} classes, {} has {} (select classes with --classes)", o.model, m->output_classes(),
+                        o.dataset, data.classes));
+    std::size_t frozen = 0;
+    for (const auto& p : m->parameter_info()) frozen += p.frozen;
+    say(fmt::format("{}: {} parameters ({} tensors), {} frozen tensors{}", o.model, m->parameter_count(),
+                    m->parameters().size(), frozen, o.freeze.empty() ? "" : " (--freeze " + o.freeze + ")"));
+    for (const auto& u : m->inexact_uses()) say("  no exact per-sample rule: " + u + " (naive and jl:K run it)");
+    model = std::move(m);
+#else
+    throw std::invalid_argument("--model " + o.model + ": this dpgrad was built without ONNX (-Donnx)");
+#endif
+  } else if (model_reads_tokens(o.model)) {
     require(data.tokens, o.model + " needs a text dataset (spamassassin, text:PATH, synthetic-text)");
     // the output layer has one unit per class of the data
     if (o.model == "transformer") {
@@ -530,6 +561,13 @@ int run(Options o, const json* resumed, const std::shared_ptr<Communicator>& com
     plot_history(o.plot, history, dp && sigma > 0, title);
     say("plot written to " + o.plot);
   }
+#if DPGRAD_HAVE_ONNX
+  if (!o.export_onnx.empty() && (!comm || comm->rank() == 0)) {
+    onnx::save(*model, o.export_onnx);
+    summary["exported"] = o.export_onnx;
+    say("trained model written to " + o.export_onnx + " (the file's graph with the trained weights)");
+  }
+#endif
   if (o.json_out) fmt::print("{}\n", summary.dump());
   else
     fmt::print("final: test accuracy {:.2f}%{} after {} steps in {:.1f}s{}\n", 100 * summary["test_accuracy"].get<double>(),

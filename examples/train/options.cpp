@@ -43,6 +43,12 @@ void check_train_options(Options& o) {
           fmt::format("--centre-features must be a noise multiplier >= 0 (0: off), got {}", o.centre_features));
   require(!o.frozen_embedding || o.model == "transformer",
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
+  const bool onnx_model = o.model.rfind("onnx:", 0) == 0;
+  require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
+  require(o.freeze.empty() || onnx_model, "--freeze applies to --model onnx:PATH (the built-in models: see --frozen-embedding)");
+  require(o.export_onnx.empty() || onnx_model, "--export-onnx applies to --model onnx:PATH");
+  require(o.export_onnx.empty() || o.ema == 0,
+          "--export-onnx writes the trained parameters, --ema evaluates their average: use one of them");
   if (!o.lr) o.lr = default_learning_rate(o.optimizer);
   require(*o.lr > 0 && std::isfinite(*o.lr), fmt::format("--lr must be > 0, got {}", *o.lr));
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
@@ -97,7 +103,11 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   Options& o = r.options;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
   dpgrad::name_cli_errors(app, "dpgrad-train");
-  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru, transformer, scatter-linear, scatter-cnn (on the images' scattering transform)")->capture_default_str();
+  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru, transformer, scatter-linear, scatter-cnn (on the images' scattering transform), onnx:PATH (an ONNX file: docs/onnx.md)")->capture_default_str();
+  app.add_option("--freeze", o.freeze,
+                 "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular expression "
+                 "constant: no gradient, no clipping, no noise");
+  app.add_option("--export-onnx", o.export_onnx, "onnx:PATH: write the trained model to this ONNX file at the end");
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
   app.add_option("--vocab-file", o.vocab_file,
@@ -230,7 +240,7 @@ json restore_run_options(Options& o, const std::set<std::string>& given) {
     // options added since older checkpoints were written keep their defaults, which such runs used
     static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
                                                    "reproducible-noise", "report-train-loss", "vocab-file",
-                                                   "vocabulary", "physical-batch-size", "frozen-embedding",
+                                                   "vocabulary", "physical-batch-size", "frozen-embedding", "freeze",
                                                    "centre-features"};
     if (!stored.contains(flag) && added_later.count(flag)) return;
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
