@@ -384,9 +384,12 @@ SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, 
   blk.ref.openblas_gflops = blk.ref.step_gflop / (blk.ref.openblas_ms * 1e-3);
   rep.say("\n{} at batch {}, {}: {} timed steps after {} warm-up (naive: {}), engine threads {}\n", model, b,
           o.optimizer, o.steps, o.warmup, blk.naive_steps, blas::threads());
-  rep.say("  matrix products of the non-private step: {:.3f} GFLOP; the engine's sgemm alone on the same shapes: {:.2f} ms = "
-          "{:.1f} GFLOP/s (plain OpenBLAS with its own threads: {:.2f} ms = {:.1f} GFLOP/s)\n",
-          blk.ref.step_gflop, blk.ref.sgemm_ms, blk.ref.sgemm_gflops, blk.ref.openblas_ms, blk.ref.openblas_gflops);
+  if (gemms.empty())  // an imported model: no reference shapes, no GFLOP/s
+    rep.say("  (an imported model: no reference matrix products)\n");
+  else
+    rep.say("  matrix products of the non-private step: {:.3f} GFLOP; the engine's sgemm alone on the same shapes: {:.2f} ms = "
+            "{:.1f} GFLOP/s (plain OpenBLAS with its own threads: {:.2f} ms = {:.1f} GFLOP/s)\n",
+            blk.ref.step_gflop, blk.ref.sgemm_ms, blk.ref.sgemm_gflops, blk.ref.openblas_ms, blk.ref.openblas_gflops);
   if (o.gemm_detail)
     for (const auto& g : gemms) {
       double s = time_gemms({g}, 0.1);
@@ -453,7 +456,7 @@ SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, 
     blk.rows.push_back(r);
   }
   for (const auto& r : blk.rows)
-    if (r.method == "none" && r.error.empty())
+    if (r.method == "none" && r.error.empty() && !gemms.empty())
       rep.say("  non-private step: {:.1f} GFLOP/s = {} of the engine's sgemm alone on its shapes, timed after each step "
               "(median of the pairwise ratios; {:.0f}% against the reference above), {:.0f}% of plain OpenBLAS ({:.1f}) "
               "(target >= 60%)\n",
