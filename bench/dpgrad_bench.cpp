@@ -810,6 +810,47 @@ int run_noise_cost(const Options& o) {
   return 0;
 }
 
+/// --paired: two models' steps by one method, interleaved in this process (a
+/// built-in model against its ONNX import, say), so that the load of a shared
+/// machine weighs on both alike: each model's median step and the median of the
+/// pairwise ratios B / A.
+int run_paired(const Options& o) {
+  if (o.models.size() != 2) throw std::invalid_argument("--paired needs two models (--model A,B)");
+  if (o.methods.size() != 1) throw std::invalid_argument("--paired needs one method (--methods M)");
+  check_bench_options(o);
+  if (o.threads > 0) blas::set_threads(o.threads);
+  const std::size_t b = o.batches.at(0);
+  FastRng init_a(o.seed), init_b(o.seed);
+  auto a = bench_model(o.models[0], init_a), c = bench_model(o.models[1], init_b);
+  const BatchT<float> batch_a = make_batch(o.models[0], b, o.seed + 10), batch_c = make_batch(o.models[1], b, o.seed + 10);
+  Stepper sa(*a, o.methods[0], o.optimizer, b), sc(*c, o.methods[0], o.optimizer, b);
+  for (long i = 0; i < o.warmup; ++i) {
+    sa.step_ms(batch_a);
+    sc.step_ms(batch_c);
+  }
+  std::vector<double> ta, tc, ratio;
+  for (long i = 0; i < o.steps; ++i) {
+    ta.push_back(sa.step_ms(batch_a));
+    tc.push_back(sc.step_ms(batch_c));
+    ratio.push_back(tc.back() / ta.back());
+  }
+  const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
+  if (o.json_out) {
+    fmt::print("{}\n", json{{"paired", true}, {"method", o.methods[0]}, {"batch", b}, {"steps", o.steps},
+                            {"model_a", o.models[0]}, {"model_b", o.models[1]}, {"ms_a", median(ta)},
+                            {"ms_b", median(tc)}, {"ratio", median(ratio)}, {"ratio_min", *lo}, {"ratio_max", *hi},
+                            {"threads", blas::threads()}, {"load", load_average()}}
+                           .dump());
+  } else {
+    fmt::print("{} at batch {}, {} steps interleaved after {} warm-up, engine threads {} (load {})\n", o.methods[0], b,
+               o.steps, o.warmup, blas::threads(), load_average());
+    fmt::print("  A {}: {:.2f} ms/step ({} parameters)\n", o.models[0], median(ta), a->parameter_count());
+    fmt::print("  B {}: {:.2f} ms/step ({} parameters)\n", o.models[1], median(tc), c->parameter_count());
+    fmt::print("  B / A: {:.3f} (median of the {} pairs; {:.3f} to {:.3f})\n", median(ratio), ratio.size(), *lo, *hi);
+  }
+  return 0;
+}
+
 int run(Options o, const std::string& command, const std::set<std::string>& given) {
   auto t0 = std::chrono::steady_clock::now();
   const std::string load = load_average();
@@ -876,6 +917,14 @@ int main(int argc, char** argv) {
   Options& o = parsed.options;
   const bool noise_cost = parsed.noise_cost;
   if (!o.child.empty()) return run_child(o);
+  if (parsed.paired) {
+    try {
+      return run_paired(o);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
+      return 2;
+    }
+  }
   if (noise_cost) {
     try {
       return run_noise_cost(o);

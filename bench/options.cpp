@@ -72,6 +72,9 @@ Parsed parse_bench_options(int argc, const char* const* argv) {
   app.add_flag("--noise-cost", p.noise_cost,
                "time one step's noise alone (normal vs grid, seeded and secure generators) against the "
                "method's step (--methods: one method, default ghost)");
+  app.add_flag("--paired", p.paired,
+               "two models (--model A,B, e.g. a built-in one and its ONNX import), one method: their steps "
+               "interleaved in one process, A, B, A, B, ..., and the median of the pairwise ratios B / A");
   app.add_option("--child", o.child)->group("");
   app.add_option("--child-method", o.child_method)->group("");
   app.add_option("--child-as-limit", o.child_as_limit)->group("");
