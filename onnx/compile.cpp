@@ -1,9 +1,7 @@
-// The compiler's core (onnx/compiler.hpp): values, symbolic shapes, the
-// graph's input and output, parameters, and the handlers of the elementwise,
-// reduction and shape operators. Integer values that do not depend on the
-// data (a shape, a Gather of it, a Concat of those) are computed here, as
-// affine functions of the batch size B: the chains exporters write for
-// reshapes are folded at load time (docs/onnx.md).
+// The compiler's core (onnx/compiler.hpp): values, symbolic shapes, the graph's
+// input and output, parameters, and the elementwise, reduction and shape
+// operators. Integers that do not depend on the data (exported reshapes'
+// Shape/Gather/Concat chains) are folded here as affine functions of B.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,10 +1,7 @@
-// The compiler's handlers of the operators that carry parameters (onnx/compiler.hpp):
-// Gemm and MatMul become `linear` (a MatMul's bias Add folded in), Conv the
-// engine's conv2d with its kernel stored as (kh kw C, Cout), LSTM and GRU one
-// parameter per direction and kind in the engine's gate order; batch and
-// layer normalisation an affine map with elementwise parameters. Each
-// parameter is stored in the layout its op reads, so that the op's per-sample
-// rule applies to it directly (docs/onnx.md).
+// The handlers of the operators that carry parameters (onnx/compiler.hpp): Gemm,
+// MatMul, Conv, pooling, batch and layer normalisation, LSTM and GRU. Each
+// parameter is stored in the layout of the engine op it feeds, so that the op's
+// per-sample rule applies to it directly (docs/onnx.md).
 #include <algorithm>
 #include <cmath>
 
@@ -384,6 +381,7 @@ void Compiler::op_rnn() {
   const Initializer& R = prog->initializers[std::size_t(rv.init)];
   if (W.dims.size() != 3 || W.dims[0] != dirs || W.dims[1] % gates != 0) fail("W has shape " + shape_str(W.dims));
   const std::size_t H = W.dims[1] / gates, d = W.dims[2];
+  if (H == 0 || d == 0) fail("W has shape " + shape_str(W.dims) + ": no hidden units or no input features");
   if (hs > 0 && std::size_t(hs) != H) fail("hidden_size " + std::to_string(hs) + " disagrees with W " + shape_str(W.dims));
   if (R.dims != Shape{dirs, gates * H, H}) fail("R has shape " + shape_str(R.dims) + ", not " + shape_str({dirs, gates * H, H}));
   if (!(x.shape[2] == Dim{std::int64_t(d), 0})) fail("its input " + sym_str(x.shape) + " does not have W's " + std::to_string(d) + " features");

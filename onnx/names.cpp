@@ -1,9 +1,6 @@
 // Module names for initializers an exporter renamed (docs/onnx.md, "Parameter
-// names"). PyTorch folds a weight's transpose into a new initializer named like
-// `onnx::MatMul_134`, and an RNN's weights into `onnx::LSTM_292`; its node names
-// carry the module path ("/enc/layers.0/self_attn/MatMul"). A MatMul weight
-// takes its bias's name ("...in_proj_bias" gives "...in_proj_weight"), or else
-// the node's module and ".weight"; an RNN node gives its module and layer.
+// names"): `onnx::MatMul_134` takes its bias's name or its node's module path
+// ("/enc/layers.0/self_attn/MatMul"); an RNN node gives its module and layer.
 #include <algorithm>
 #include <unordered_map>
 

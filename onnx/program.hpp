@@ -1,8 +1,6 @@
-// What an ONNX graph compiles to (internal to onnx/): a list of instructions
-// over value slots, run by OnnxModelT::forward with engine ops. Shapes are
-// symbolic in the batch size B (the only dynamic dimension); everything that
-// does not depend on the data (the Shape/Gather/Concat chains of exported
-// reshapes) was folded at load time. No protobuf here (onnx/read.cpp has it).
+// What an ONNX graph compiles to (internal to onnx/): instructions over value
+// slots, shapes symbolic in the batch size B, everything that does not depend on
+// the data folded at load time. No protobuf here (onnx/read.cpp has it).
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,7 @@
-// Reading an ONNX file without trusting it (docs/onnx.md, "Bad input"): its
-// size bounded before reading, the protobuf parsed with byte and nesting
-// limits, external data read only from inside the model's folder and only as
-// much as the tensor declares, ONNX's checker run, every tensor's size checked
-// against its dims, and opsets outside 13-17 refused. Errors name the file,
-// and the tensor or node.
+// Reading an ONNX file without trusting it (docs/onnx.md, "Bad input"): size
+// bounded, protobuf parsed with limits, external data only from inside the
+// model's folder, every tensor checked against its dims, opsets 13-17, then
+// ONNX's checker. Errors name the file and the tensor or node.
 #include <cmath>
 #include <cstring>
 #include <filesystem>

@@ -1,10 +1,7 @@
-// OnnxModelT: a compiled ONNX graph run with engine ops (onnx/program.hpp).
-// Every instruction is a handful of engine ops recorded on the tape like any
-// hand-written layer's, so every clipping strategy, forward mode and the
-// per-sample axis tracking work unchanged. A float value may be held
-// transposed (its layout): convolutions and pooling keep images channels-last
-// between them, an LSTM its states batch-first, and a Transpose costs nothing
-// until an op needs the ONNX layout (docs/onnx.md).
+// OnnxModelT: a compiled ONNX graph run with engine ops on the tape, like any
+// hand-written layer (onnx/program.hpp). A value may be held transposed: images
+// stay channels-last between convolutions and pooling, and a Transpose costs
+// nothing until an op needs the ONNX layout (docs/onnx.md).
 #include <algorithm>
 #include <cmath>
 #include <limits>
