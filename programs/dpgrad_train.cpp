@@ -33,6 +33,9 @@
 #include "programs/train/options.hpp"
 #include "programs/train/plot.hpp"
 #include "programs/train/report.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "onnx/onnx.hpp"
+#endif
 
 using namespace dpgrad;
 using namespace dpgrad::train;
@@ -78,14 +81,14 @@ data::DatasetOptions dataset_options(const Options& o) {
   return d;
 }
 
-RunData load_data(const Options& o, const Communicator* comm, const std::function<void(const std::string&)>& say) {
+RunData load_data(const Options& o, ModelInput input, const Communicator* comm,
+                  const std::function<void(const std::string&)>& say) {
   RunData d;
   d.split = data::load_dataset(o.dataset, dataset_options(o));
   data::DataSplit& s = d.split;
   if (o.show_record_counts)  // computed from the private labels: shown only when asked for by name
     s.description += fmt::format(": {} train, {} test (record counts: NOT covered by epsilon)", s.train.size(),
                                  s.test.size());
-  const ModelInput input = find_model(o.model).input;
   require(s.tokens == (input == ModelInput::tokens),
           o.model + (s.tokens ? " reads images, and " + o.dataset + " is text" : " reads text, and " + o.dataset +
                                                                                   " holds images"));
@@ -104,6 +107,43 @@ RunData load_data(const Options& o, const Communicator* comm, const std::functio
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count()));
   }
   return d;
+}
+
+bool imports_onnx(const Options& o) { return o.model.rfind("onnx:", 0) == 0; }
+
+/// --model onnx:PATH: the file's model, read and checked before any data (docs/onnx.md).
+std::unique_ptr<ModelT<float>> load_onnx_model(const Options& o) {
+#if DPGRAD_HAVE_ONNX
+  onnx::LoadOptions lo;
+  lo.freeze = o.freeze;
+  lo.dropout_seed = o.seed;
+  return onnx::load<float>(o.model.substr(5), lo);
+#else
+  throw std::invalid_argument("--model " + o.model + ": this dpgrad was built without ONNX (-Donnx)");
+#endif
+}
+
+/// An imported model's input and output against the data: what it reads, each example's shape, the classes.
+void check_onnx_model(const Options& o, ModelT<float>& model, const data::DataSplit& s,
+                      const std::function<void(const std::string&)>& say) {
+#if DPGRAD_HAVE_ONNX
+  auto& m = dynamic_cast<onnx::OnnxModelT<float>&>(model);
+  const onnx::InputSpec& in = m.input();
+  Shape shape = s.tokens ? shape_of(s.train.tokens) : shape_of(s.train.inputs);
+  shape.erase(shape.begin());
+  require(shape == in.sample_shape,
+          fmt::format("{} reads examples of shape {} (input '{}'), {} gives {}{}", o.model, shape_str(in.sample_shape),
+                      in.name, o.dataset, shape_str(shape),
+                      s.tokens ? " (sequences of that length: export the model for it)" : ""));
+  require(m.output_classes() == s.classes,
+          fmt::format("{} outputs {} classes, {} has {} (select classes with --classes)", o.model, m.output_classes(),
+                      o.dataset, s.classes));
+  std::size_t frozen = 0;
+  for (const auto& p : m.parameter_info()) frozen += p.frozen;
+  say(fmt::format("{}: {} parameters ({} tensors), {} frozen tensors{}", o.model, m.parameter_count(),
+                  m.parameters().size(), frozen, o.freeze.empty() ? "" : " (--freeze " + o.freeze + ")"));
+  for (const auto& u : m.inexact_uses()) say("  no exact per-sample rule: " + u + " (naive and jl:K run it)");
+#endif
 }
 
 /// The library's config from the options: everything but the data and the model.
@@ -167,8 +207,18 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     require_gnuplot();
     require_output_file(o.plot, "--plot");
   }
-  // ---- data, model, optimizer
-  RunData d = load_data(o, comm.get(), say);
+  // ---- data, model, optimizer (an imported model is read first: a bad file costs no data loading)
+  std::unique_ptr<ModelT<float>> model;
+  ModelInput input = ModelInput::images;
+  if (imports_onnx(o)) {
+    model = load_onnx_model(o);
+#if DPGRAD_HAVE_ONNX
+    input = dynamic_cast<onnx::OnnxModelT<float>&>(*model).input().tokens ? ModelInput::tokens : ModelInput::images;
+#endif
+  } else {
+    input = find_model(o.model).input;
+  }
+  RunData d = load_data(o, input, comm.get(), say);
   ModelSpec spec;
   spec.classes = d.split.classes;
   spec.features = d.split.tokens ? 0 : d.split.train.inputs.size() / d.split.train.examples();
@@ -179,7 +229,8 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   spec.train_embedding = !o.frozen_embedding;
   spec.centred = o.centre_features > 0;
   FastRng init(o.seed);
-  auto model = build_model<float>(o.model, spec, init);
+  if (model) check_onnx_model(o, *model, d.split, say);
+  else model = build_model<float>(o.model, spec, init);
   auto base = make_optimizer<float>(ospec, model->parameters());
   std::vector<std::string> lr_scales;
   for (const auto& [layer, factor] : parse_lr_scales(o.lr_scale)) {
@@ -225,7 +276,9 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   TrainHooksT<float> hooks;
   hooks.progress = [&](long done, long total) { progress.update(done, total, trainer.steps_per_epoch()); };
   hooks.record_epoch = [&](const EpochReport& e) { history.push_back(epoch_row(facts, e)); };
-  hooks.extra = [&] { return json{{"options", run_options_json(o)}, {"history", history}, {"seconds", elapsed()}}; };
+  hooks.extra = [&] {  // the classes let dpgrad-predict rebuild the model
+    return json{{"options", run_options_json(o)}, {"classes", d.split.classes}, {"history", history}, {"seconds", elapsed()}};
+  };
   hooks.on_epoch = [&](const EpochReport&) {
     print_epoch(facts, history.back());
     check_standard_output();  // a lost epoch row stops the run (its checkpoint is on disk: --resume continues)
@@ -237,6 +290,13 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     report_diverged(facts, e);
   }
   json summary = summary_row(facts, result, history.empty() ? json::object() : history.back(), elapsed());
+#if DPGRAD_HAVE_ONNX
+  if (!o.export_onnx.empty() && (!comm || comm->rank() == 0)) {
+    onnx::save(*model, o.export_onnx);
+    summary["exported"] = o.export_onnx;
+    say("trained model written to " + o.export_onnx + " (the file's graph with the trained weights)");
+  }
+#endif
   if (!o.plot.empty()) {
     plot_history(o.plot, history, dp && trainer.adds_noise(), plot_title(facts));
     say("plot written to " + o.plot);

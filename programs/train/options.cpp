@@ -37,7 +37,10 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
   require(std::find(names.begin(), names.end(), base) != names.end() && (dp || base != "adambc"),
           "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
   if (!o.lr) o.lr = default_lr(base);
-  const ModelEntry& model = find_model(o.model);
+  const bool onnx_model = o.model.rfind("onnx:", 0) == 0;
+  // an imported model takes none of the built-in models' settings (docs/onnx.md)
+  static const ModelEntry imported{"onnx:PATH", "", ModelInput::images, false, false, false, false};
+  const ModelEntry& model = onnx_model ? imported : find_model(o.model);
   require(o.vocabulary >= 3 && o.vocabulary <= 10000000,
           fmt::format("--vocabulary must be in [3, 10^7] (padding, unknown and at least one word), got {}", o.vocabulary));
   require(o.centre_features >= 0 && std::isfinite(o.centre_features),
@@ -50,6 +53,11 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
   require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
           fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
+  require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
+  require(o.freeze.empty() || onnx_model, "--freeze applies to --model onnx:PATH (the built-in models: see --frozen-embedding)");
+  require(o.export_onnx.empty() || onnx_model, "--export-onnx applies to --model onnx:PATH");
+  require(o.export_onnx.empty() || o.ema == 0,
+          "--export-onnx writes the trained parameters, --ema evaluates their average: use one of them");
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
   require(o.lr_final == 0 || o.schedule == "cosine", "--lr-final needs --lr-schedule cosine");
   require(o.adambc_floor > 0 && std::isfinite(o.adambc_floor),
@@ -109,7 +117,12 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   Options& o = r.options;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
   dpgrad::name_cli_errors(app, "dpgrad-train");
-  app.add_option("--model", o.model, "one of:\n" + model_help())->capture_default_str();
+  app.add_option("--model", o.model, "one of:\n" + model_help() + "  onnx:PATH: an ONNX file's model (docs/onnx.md)")
+      ->capture_default_str();
+  app.add_option("--freeze", o.freeze,
+                 "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular expression "
+                 "constant: no gradient, no clipping, no noise");
+  app.add_option("--export-onnx", o.export_onnx, "onnx:PATH: write the trained model to this ONNX file at the end");
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
   app.add_option("--vocab-file", o.vocab_file,

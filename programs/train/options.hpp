@@ -19,6 +19,8 @@ struct Options {
   std::string vocab_file;  // text: a public token list (empty: feature hashing)
   std::size_t vocabulary = 8185;  // text, feature hashing: token ids, padding and unknown included
   bool frozen_embedding = false;  // transformer: the embedding table is not trained
+  std::string freeze;       // onnx:PATH models: parameters kept constant (a regular expression on their names)
+  std::string export_onnx;  // onnx:PATH models: write the trained model here
   double centre_features = 0;    // scatter models: noise multiplier of the private feature centre (0: off)
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant;  // accountant "": the sampler's default
   std::string schedule = "constant";
@@ -62,6 +64,7 @@ void for_each_run_option(O& o, F&& f) {
   f("vocab-file", o.vocab_file);
   f("vocabulary", o.vocabulary);
   f("frozen-embedding", o.frozen_embedding);
+  f("freeze", o.freeze);
   f("centre-features", o.centre_features);
   f("classes", o.classes);
   f("normalize", o.normalize);
