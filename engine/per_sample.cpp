@@ -60,8 +60,7 @@ void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batc
       what = "that holds no samples (a constant; mark the batch's data with per_sample_input)";
       break;
     case Samples::Kind::mixed:
-      what = "that mixes samples (statistics over the batch, as batch normalisation takes, mix them: GroupNorm "
-             "and LayerNorm normalise within a sample)";
+      what = "that mixes samples" + (s.by ? mixing_explained(s) : std::string(" (an op combined several samples' data)"));
       break;
     case Samples::Kind::subset:
       what = "that holds a subset of the samples (sliced along its per-sample axis " + std::to_string(s.axis) + ")";
@@ -121,7 +120,11 @@ std::vector<Part<T>> parts_of(const ParamUses<T>& g, std::size_t batch) {
     }
     UseView<T> v;
     v.delta = delta.data();
-    part->rule->view(*u, Shape(ps.begin(), ps.end()), v, part->d, part->p);
+    try {
+      part->rule->view(*u, Shape(ps.begin(), ps.end()), v, part->d, part->p);
+    } catch (const std::invalid_argument& e) {  // the rule knows the use, not the parameter's name
+      throw std::invalid_argument("parameter '" + g.param->name + "': " + e.what());
+    }
     v.steps = batch == 0 ? 0 : delta.size() / (batch * part->p);
     part->vs.push_back(v);
   }
@@ -217,11 +220,15 @@ template <class T>
 void check_per_sample_losses(const TensorT<T>& losses, std::size_t batch) {
   const Samples& s = losses.samples();
   if (losses.dim() >= 1 && losses.shape()[0] == batch && (batch == 0 || (s.blocks_on(0) && s.count == batch))) return;
-  throw std::invalid_argument("per-sample losses of shape " + shape_str(losses.shape()) + " carry " + s.str() +
-                              ", not one loss for each of the batch's " + std::to_string(batch) +
-                              " samples: the model mixes samples (statistics over the batch, as batch normalisation takes: "
-                              "use GroupNorm or LayerNorm, which normalise within a sample) or moves them off axis 0 "
-                              "(see docs/per-sample.md); use the naive strategy");
+  const std::string head = "per-sample losses of shape " + shape_str(losses.shape()) + " carry ";
+  const std::string want = ", not one loss for each of the batch's " + std::to_string(batch) + " samples: ";
+  if (s.kind == Samples::Kind::mixed)
+    throw std::invalid_argument(head + "mixed samples" + want + "the model mixes samples" +
+                                (s.by ? mixing_explained(s) : std::string(" (an op combined several samples' data)")) +
+                                "; use the naive strategy (see docs/per-sample.md)");
+  throw std::invalid_argument(head + s.str() + want +
+                              "the model moves or regroups them (the losses must hold one sample each, in order, on "
+                              "axis 0: see docs/per-sample.md); use the naive strategy");
 }
 
 template <class T>

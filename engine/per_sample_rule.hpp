@@ -95,10 +95,16 @@ const PerSampleRule<T>& elementwise_rule();  // engine/ops/elementwise_rules.cpp
 
 /// Notes a use of `param` by an elementwise op (y = other * param when
 /// `multiplies`, else other + param, or other - param when `negated`) whose
-/// output has shape `out` (engine/ops/elementwise_rules.cpp).
+/// output has shape `out` (engine/ops/elementwise_rules.cpp). When other's
+/// samples lie on another output axis than 0 (time-major) or interleaved along
+/// it, the use keeps x with the samples moved to the front, as linear's does,
+/// and `moved` says how the op must move dout (moved.identity: as it is).
 template <class T>
 ParamUse<T>* record_elementwise_use(TapeT<T>& tape, const std::shared_ptr<Node<T>>& param,
                                     const std::shared_ptr<Node<T>>& other, bool multiplies, bool negated,
-                                    const Shape& out, const char* op);
+                                    const Shape& out, const char* op, SamplesToFront& moved);
+/// `a` (shape split as `order` says) made contiguous with its samples in front.
+template <class T>
+ArrayT<T> samples_in_front(const ArrayT<T>& a, const SamplesToFront& order);
 
 }  // namespace dpgrad::detail

@@ -8,13 +8,49 @@
 
 namespace dpgrad {
 
+std::string MixedBy::str() const {
+  std::string r = op.empty() ? std::string("an op") : op;
+  if (!detail.empty()) r += " " + detail;
+  if (what == What::statistics)
+    r += " (statistics over the batch, as batch normalisation takes, mix samples: GroupNorm and LayerNorm "
+         "normalise within a sample)";
+  return r;
+}
+
+std::string mixing_explained(const Samples& s) {
+  return s.kind == Samples::Kind::mixed && s.by ? ": " + s.by->str() : std::string();
+}
+
+Samples samples_named(Samples out, std::span<const Samples> in, const char* op) {
+  if (out.kind != Samples::Kind::mixed) return out;
+  if (out.by) {
+    if (out.by->op.empty()) {  // mixed here: the rule said how, this is the op
+      MixedBy by = *out.by;
+      by.op = op;
+      out.by = std::make_shared<const MixedBy>(std::move(by));
+    }
+    return out;
+  }
+  for (const auto& s : in)  // mixed before: keep the account of the op that did it
+    if (s.kind == Samples::Kind::mixed && s.by) {
+      out.by = s.by;
+      return out;
+    }
+  for (const auto& s : in)
+    if (!s.is_none() && s.kind != Samples::Kind::mixed) {
+      out.by = std::make_shared<const MixedBy>(MixedBy{MixedBy::What::other, op, "mixes its input's " + s.str()});
+      return out;
+    }
+  return out;
+}
+
 std::string Samples::str() const {
   switch (kind) {
     case Kind::none: return "no samples";
     case Kind::axis:
       return "per-sample axis " + std::to_string(axis) + " (" + std::to_string(count) + " samples" +
              (outer > 1 ? ", interleaved: " + std::to_string(outer) + " runs of them" : std::string()) + ")";
-    case Kind::mixed: return "mixed samples";
+    case Kind::mixed: return by ? "mixed samples (by " + by->str() + ")" : "mixed samples";
     case Kind::subset: return "a subset of the samples on axis " + std::to_string(axis);
   }
   return "?";
@@ -37,13 +73,19 @@ Samples agree(const Samples& a, const Samples& b, std::size_t extent) {
   if (b.is_none()) return a;
   if (a.kind == Samples::Kind::axis && b.kind == Samples::Kind::axis && a.count == 1 && b.count == 1)
     return Samples::at(std::min(a.axis, b.axis), 1);  // one sample owns everything, whichever axis it is said to lie on
+  const auto differ = [&] {
+    return Samples::mixed(MixedBy::What::other,
+                          "combines inputs whose samples lie differently (" + a.str() + "; " + b.str() + ")");
+  };
+  if (a.kind == Samples::Kind::mixed) return a;
+  if (b.kind == Samples::Kind::mixed) return b;
   if (a.kind != Samples::Kind::axis || b.kind != Samples::Kind::axis || a.axis != b.axis || a.outer != b.outer)
-    return Samples::mixed();
+    return differ();
   if (a.count == b.count) return a;
   const std::size_t period = extent / a.outer;  // one run of blocks
-  if (a.count == 0 || b.count == 0 || period == 0) return Samples::mixed();
+  if (a.count == 0 || b.count == 0 || period == 0) return differ();
   const std::size_t block = std::lcm(period / a.count, period / b.count);
-  if (period % block != 0) return Samples::mixed();
+  if (period % block != 0) return differ();
   return Samples::interleaved(a.axis, period / block, a.outer);
 }
 
@@ -56,14 +98,19 @@ Samples samples_broadcast(std::span<const Samples> in, std::span<const Shape> sh
     if (s.is_none()) continue;
     if (s.kind == Samples::Kind::mixed) return s;
     s.axis += out.size() - shapes[i].size();
+    const auto with_subset = [] {
+      return Samples::mixed(MixedBy::What::other, "combines a subset of the samples with other samples' data");
+    };
     if (s.kind == Samples::Kind::subset) {
-      if (!r.is_none()) return Samples::mixed();
+      if (!r.is_none()) return with_subset();
       r = s;
       continue;
     }
     // a per-sample axis of length 1 broadcast: its one sample fills the output's axis
-    if (shapes[i][in[i].axis] != out[s.axis] && s.count > 1) return Samples::mixed();
-    if (r.kind == Samples::Kind::subset) return Samples::mixed();
+    if (shapes[i][in[i].axis] != out[s.axis] && s.count > 1)
+      return Samples::mixed(MixedBy::What::other, "broadcasts the per-sample axis " + std::to_string(in[i].axis) +
+                                                      " of " + shape_str(shapes[i]) + " to " + shape_str(out));
+    if (r.kind == Samples::Kind::subset) return with_subset();
     r = agree(r, s, out[s.axis]);
     if (r.kind == Samples::Kind::mixed) return r;
   }
@@ -79,8 +126,17 @@ Samples samples_rowwise(std::span<const Samples> in, std::span<const Shape> shap
       if (r.kind == Samples::Kind::mixed) return r;
       continue;
     }
-    if (!in[i].on_axis(0) || shapes[i].empty()) return Samples::mixed();
-    if (!r.is_none() && shapes[i][0] != shapes[0][0]) return Samples::mixed();
+    if (in[i].kind == Samples::Kind::mixed) return in[i];
+    if (in[i].kind == Samples::Kind::subset)
+      return Samples::mixed(MixedBy::What::other, "works row by row and reads a subset of the samples (sliced along axis " +
+                                                      std::to_string(in[i].axis) + ")");
+    if (!in[i].on_axis(0) || shapes[i].empty())
+      return Samples::mixed(MixedBy::What::other,
+                            "works row by row on axis 0 and combines the other axes, but input " + std::to_string(i) +
+                                " " + shape_str(shapes[i]) + " holds its samples on axis " + std::to_string(in[i].axis));
+    if (!r.is_none() && shapes[i][0] != shapes[0][0])
+      return Samples::mixed(MixedBy::What::other, "combines inputs whose rows differ in number (" +
+                                                      shape_str(shapes[0]) + ", " + shape_str(shapes[i]) + ")");
     r = agree(r, in[i], shapes[i][0]);
     if (r.kind == Samples::Kind::mixed) return r;
   }
@@ -89,7 +145,9 @@ Samples samples_rowwise(std::span<const Samples> in, std::span<const Shape> shap
 
 Samples samples_unknown(std::span<const Samples> in) {
   for (const auto& s : in)
-    if (!s.is_none()) return Samples::mixed();
+    if (s.kind == Samples::Kind::mixed) return s;
+  for (const auto& s : in)
+    if (!s.is_none()) return Samples::mixed();  // apply() names the op
   return Samples::none();
 }
 
@@ -99,7 +157,9 @@ Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, 
     const std::size_t out = keepdims ? rank : rank - std::min(rank, axes.size());
     return out > 0 ? Samples::at(0, 1) : Samples::mixed();
   }
-  if (std::find(axes.begin(), axes.end(), x.axis) != axes.end()) return Samples::mixed();
+  if (std::find(axes.begin(), axes.end(), x.axis) != axes.end())
+    return Samples::mixed(MixedBy::What::statistics, "over the per-sample axis " + std::to_string(x.axis) + " (" +
+                                                         std::to_string(x.count) + " samples)");
   Samples r = x;
   if (!keepdims) r.axis -= std::size_t(std::count_if(axes.begin(), axes.end(), [&](std::size_t a) { return a < x.axis; }));
   return r;
@@ -107,14 +167,23 @@ Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, 
 
 Samples samples_reshaped(const Samples& x, const Shape& from, const Shape& to) {
   if (x.is_none() || x.kind == Samples::Kind::mixed) return x;
-  if (x.kind == Samples::Kind::subset) return Samples::mixed();
+  if (x.kind == Samples::Kind::subset)
+    return Samples::mixed(MixedBy::What::reshape, "of " + shape_str(from) + " to " + shape_str(to) +
+                                                      " regroups a subset of the samples (sliced along axis " +
+                                                      std::to_string(x.axis) + ")");
   const std::size_t a = x.axis;
+  const auto merged = [&] {
+    return Samples::mixed(MixedBy::What::reshape,
+                          "of " + shape_str(from) + " to " + shape_str(to) + " merges the per-sample axis " +
+                              std::to_string(a) + " (" + std::to_string(x.count) +
+                              " samples) with another axis: no axis of the result holds whole samples in order");
+  };
   if (from[a] == 0) {  // an empty batch: the output's first empty axis
     for (std::size_t i = 0; i < to.size(); ++i)
       if (to[i] == 0) return Samples::at(i, 0);
-    return Samples::mixed();
+    return merged();
   }
-  if (numel(from) == 0 || x.count == 0) return Samples::mixed();
+  if (numel(from) == 0 || x.count == 0) return merged();
   if (x.count == 1) return to.empty() ? Samples::mixed() : Samples::at(0, 1);  // one sample owns everything
   // Row-major order is what a reshape keeps. In the flat index f of an element,
   // its sample is one mixed-radix digit: s = (f / R) % count, with R the
@@ -137,7 +206,7 @@ Samples samples_reshaped(const Samples& x, const Shape& from, const Shape& to) {
       return Samples::interleaved(b, count, to[b] / ((r / pb) * count));
     }
   }
-  return Samples::mixed();
+  return merged();
 }
 
 SamplesToFront samples_to_front(const Samples& s, const Shape& shape) {
@@ -185,7 +254,12 @@ Samples samples_concatenated(std::span<const Samples> in, std::span<const Shape>
   for (std::size_t i = 0; i < in.size(); ++i) {
     const Samples& s = in[i];
     if (s.is_none()) continue;
-    if (s.kind != Samples::Kind::axis || s.axis == axis) return Samples::mixed();
+    if (s.kind == Samples::Kind::mixed) return s;
+    if (s.kind != Samples::Kind::axis || s.axis == axis)
+      return Samples::mixed(MixedBy::What::other,
+                            s.kind == Samples::Kind::axis
+                                ? "joins along the per-sample axis " + std::to_string(axis)
+                                : "joins " + s.str() + " with other inputs along axis " + std::to_string(axis));
     r = agree(r, s, shapes[i][s.axis]);
     if (r.kind == Samples::Kind::mixed) return r;
   }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,23 @@
 #include "engine/array.hpp"
 
 namespace dpgrad {
+
+/// How a tensor's samples came to be mixed, for messages that say what
+/// happened: the op that first mixed them and what it saw there.
+struct MixedBy {
+  enum class What : std::uint8_t {
+    statistics,  // a reduction or normalisation over the per-sample axis
+    reshape,     // a reshape that merges the per-sample axis with another
+    product,     // a product whose second factor (a weight) holds samples
+    other,       // anything else: joins, broadcasts, an op without a samples rule
+  };
+  What what = What::other;
+  std::string op;      // the op's name ("sum", "reshape", "matmul"); apply() fills it in
+  std::string detail;  // what it did: "over the per-sample axis 0", ...
+  /// "sum over the per-sample axis 0 (statistics over the batch, as batch
+  /// normalisation takes: ...)": the hint is given for statistics only.
+  std::string str() const;
+};
 
 /// none: holds no sample's data (a constant, a parameter). axis: along `axis`,
 /// `count` consecutive blocks of equal length hold sample 0, 1, ... in order
@@ -29,22 +47,29 @@ struct Samples {
   std::size_t axis = 0;
   std::size_t count = 0;
   std::size_t outer = 1;  // axis: repeats of the run of `count` blocks (1: the blocks are the whole axis)
+  std::shared_ptr<const MixedBy> by;  // mixed: where and how, when known (not part of equality)
 
   static Samples none() { return {}; }
-  static Samples at(std::size_t axis, std::size_t count) { return {Kind::axis, axis, count, 1}; }
+  static Samples at(std::size_t axis, std::size_t count) { return {Kind::axis, axis, count, 1, nullptr}; }
   /// Along `axis`, `outer` repeats of `count` consecutive blocks: (outer, count, block).
   static Samples interleaved(std::size_t axis, std::size_t count, std::size_t outer) {
-    return {Kind::axis, axis, count, outer == 0 ? 1 : outer};
+    return {Kind::axis, axis, count, outer == 0 ? 1 : outer, nullptr};
   }
-  static Samples mixed() { return {Kind::mixed, 0, 0, 1}; }
-  static Samples subset(std::size_t axis) { return {Kind::subset, axis, 0, 1}; }
+  static Samples mixed() { return {Kind::mixed, 0, 0, 1, nullptr}; }
+  /// Mixed here, by the op being applied: `detail` says what it did.
+  static Samples mixed(MixedBy::What what, std::string detail) {
+    return {Kind::mixed, 0, 0, 1, std::make_shared<const MixedBy>(MixedBy{what, "", std::move(detail)})};
+  }
+  static Samples subset(std::size_t axis) { return {Kind::subset, axis, 0, 1, nullptr}; }
   bool is_none() const { return kind == Kind::none; }
   /// The samples lie along axis a (in blocks, or interleaved with an outer axis).
   bool on_axis(std::size_t a) const { return kind == Kind::axis && axis == a; }
   /// The samples are consecutive blocks of axis a, the layout the per-sample rules read.
   bool blocks_on(std::size_t a) const { return on_axis(a) && outer == 1; }
-  bool operator==(const Samples&) const = default;
-  /// "per-sample axis 1 (2 samples)", "mixed", ...
+  bool operator==(const Samples& o) const {
+    return kind == o.kind && axis == o.axis && count == o.count && outer == o.outer;
+  }
+  /// "per-sample axis 1 (2 samples)", "mixed samples (by sum over ...)", ...
   std::string str() const;
 };
 
@@ -72,8 +97,16 @@ Samples samples_broadcast(std::span<const Samples> in, std::span<const Shape> sh
 /// mixed on any other axis. Several inputs: all rows must agree.
 Samples samples_rowwise(std::span<const Samples> in, std::span<const Shape> shapes);
 /// The default for an op that declares no rule: none if no input holds
-/// samples, else mixed (never silently per-sample).
+/// samples, else mixed (never silently per-sample; an input mixed before keeps
+/// its account of where).
 Samples samples_unknown(std::span<const Samples> in);
+/// The output of op `op` whose rule gave `out` from inputs `in`: when the op
+/// mixed samples, says which op did (keeping an earlier op's account when an
+/// input was mixed already). Called by apply() for every op.
+Samples samples_named(Samples out, std::span<const Samples> in, const char* op);
+/// The text a refusal gives for mixed samples: ": <op> <what it did>" with the
+/// batch-normalisation hint for statistics over the batch, or "" when unknown.
+std::string mixing_explained(const Samples& s);
 /// Sum or mean over `axes` (sorted, unique) of a tensor of `rank` axes: over
 /// the per-sample axis mixes (unless there is one sample).
 Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, bool keepdims, std::size_t rank);

@@ -206,7 +206,7 @@ TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs) 
     std::vector<Samples> in_samples;
     in_samples.reserve(inputs.size());
     for (const auto& t : inputs) in_samples.push_back(t.samples());
-    node->samples = op->samples(in_samples, Values<T>(values), node->value);
+    node->samples = samples_named(op->samples(in_samples, Values<T>(values), node->value), in_samples, op->name());
   }
   if (k > 0) {
     std::vector<const ArrayT<T>*> dots;

@@ -21,7 +21,12 @@ struct MatmulOp final : Op<T> {
     // with leading axes, axis 0 indexes independent products: rows stay rows.
     // Two-dimensional, b's axis 0 is summed over (or, transposed, becomes the
     // output's columns): samples there are mixed.
-    if (shapes[0].size() == 2 && !in[1].is_none()) return Samples::mixed();
+    if (shapes[0].size() == 2 && in[1].kind == Samples::Kind::mixed) return in[1];
+    if (shapes[0].size() == 2 && !in[1].is_none())
+      return Samples::mixed(MixedBy::What::product,
+                            "of a " + shape_str(shapes[0]) + " by b " + shape_str(shapes[1]) +
+                                (transpose_b ? " transposed" : "") + ", whose second factor holds samples (" +
+                                in[1].str() + "): every output row combines them");
     return samples_rowwise(in.first(shapes[0].size() == 2 ? 1 : 2),
                            std::span<const Shape>(shapes.data(), shapes[0].size() == 2 ? 1 : 2));
   }

@@ -38,7 +38,10 @@ std::vector<Shape> shapes_of(Values<T> x) {
 template <class T>
 Samples rows_of_first(std::span<const Samples> in, Values<T> x) {
   for (std::size_t i = 1; i < in.size(); ++i)
-    if (!in[i].is_none()) return Samples::mixed();
+    if (in[i].kind == Samples::Kind::mixed) return in[i];
+    else if (!in[i].is_none())
+      return Samples::mixed(MixedBy::What::product, "with a weight (input " + std::to_string(i) +
+                                                        ") that holds samples (" + in[i].str() + ")");
   const Shape s = shape_of(*x[0]);
   return samples_rowwise(in.first(1), std::span<const Shape>(&s, 1));
 }

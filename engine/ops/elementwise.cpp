@@ -85,6 +85,7 @@ struct BinaryOp final : Op<T> {
   Shape out_shape;
   // per-sample recording: the uses of inputs that are parameters (elementwise_rules.cpp)
   ParamUse<T>* uses[2] = {nullptr, nullptr};
+  SamplesToFront moved[2];  // a use whose samples its rule reads moved to the front: how to move dout
   bool param_grads = true;
   explicit BinaryOp(Binary k) : kind(k) {}
   const char* name() const override {
@@ -144,12 +145,14 @@ struct BinaryOp final : Op<T> {
     for (int i = 0; i < 2; ++i)
       if (in[i]->is_parameter)
         uses[i] = detail::record_elementwise_use<T>(tape, in[i], in[1 - i], kind == Binary::mul,
-                                                    kind == Binary::sub && i == 1, out_shape, name());
+                                                    kind == Binary::sub && i == 1, out_shape, name(), moved[i]);
   }
   bool keeps_output_grad() const override { return uses[0] || uses[1]; }
   void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {
-    for (auto* u : uses)
-      if (u) u->delta = dout;
+    for (int i = 0; i < 2; ++i)
+      if (uses[i])
+        uses[i]->delta =
+            moved[i].identity ? dout : std::make_shared<const ArrayT<T>>(detail::samples_in_front<T>(*dout, moved[i]));
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
     for (int i = 0; i < 2; ++i) {

@@ -7,9 +7,11 @@
 //
 // G_i has w's size, which is at most a sample's share of the output: the rule
 // builds G_i for norms (ghost and vanilla alike) and sums c_i G_i in one pass.
+#include <algorithm>
 #include <stdexcept>
 
 #include <xtensor/xbroadcast.hpp>
+#include <xtensor/xmanipulation.hpp>
 
 #include "engine/per_sample_rule.hpp"
 
@@ -43,6 +45,44 @@ std::shared_ptr<const std::vector<std::uint32_t>> row_index(const Shape& param, 
       else idx[i] = 0;
   }
   return index;
+}
+
+/// For every element of `out`, the element of `param` (numpy-broadcast against
+/// out) that it reads.
+std::vector<std::uint32_t> full_index(const Shape& param, const Shape& out) {
+  const std::size_t nd = out.size(), lead = nd - param.size();
+  std::vector<std::size_t> stride(nd, 0);
+  for (std::size_t i = nd, s = 1; i-- > lead;) {
+    const std::size_t len = param[i - lead];
+    stride[i] = len == 1 ? 0 : s;
+    s *= len;
+  }
+  std::vector<std::uint32_t> index(numel(out));
+  std::vector<std::size_t> idx(nd, 0);
+  for (std::size_t e = 0; e < index.size(); ++e) {
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < nd; ++i) k += idx[i] * stride[i];
+    index[e] = std::uint32_t(k);
+    for (std::size_t i = nd; i-- > 0;)
+      if (++idx[i] < out[i]) break;
+      else idx[i] = 0;
+  }
+  return index;
+}
+
+/// The row index of a use whose samples are moved to the front by `order`:
+/// sample 0's block of the moved index, when every sample's block reads the
+/// same elements; null when the parameter varies with the sample.
+std::shared_ptr<const std::vector<std::uint32_t>> moved_row_index(const Shape& param, const Shape& out,
+                                                                 const SamplesToFront& order, std::size_t count) {
+  if (param.size() > out.size() || count == 0) return nullptr;
+  const std::vector<std::uint32_t> full = full_index(param, out);
+  const xt::xarray<std::uint32_t> flat = xt::adapt(full, std::vector<std::size_t>{full.size()});
+  const xt::xarray<std::uint32_t> moved = xt::transpose(xt::reshape_view(flat, order.split), order.perm);
+  const std::size_t per = moved.size() / count;
+  for (std::size_t i = 1; i < count; ++i)
+    if (!std::equal(moved.data(), moved.data() + per, moved.data() + i * per)) return nullptr;
+  return std::make_shared<const std::vector<std::uint32_t>>(moved.data(), moved.data() + per);
 }
 
 template <class T>
@@ -110,23 +150,45 @@ class ElementwiseRule final : public PerSampleRule<T> {
 template <class T>
 ParamUse<T>* record_elementwise_use(TapeT<T>& tape, const std::shared_ptr<Node<T>>& param,
                                     const std::shared_ptr<Node<T>>& other, bool multiplies, bool negated,
-                                    const Shape& out, const char* op) {
+                                    const Shape& out, const char* op, SamplesToFront& moved) {
   ParamUse<T>* u = tape.add_use(param, UseKind::elementwise);
   u->op = op;
   u->negated = negated;
   u->samples = other->samples;
-  u->row_index = row_index(shape_of(param->value), out);
+  moved = SamplesToFront{};
+  // where other's samples are on the output's axes, and whether they are off
+  // axis 0 or interleaved along it: then the rule reads them moved to the front
+  Samples where = other->samples;
+  const Shape os = shape_of(other->value), ps = shape_of(param->value);
+  bool movable = false;
+  if (where.kind == Samples::Kind::axis && where.count > 1 && os.size() <= out.size()) {
+    where.axis += out.size() - os.size();
+    movable = os[other->samples.axis] == out[where.axis] && (where.axis > 0 || where.outer > 1);
+  }
+  if (movable) {
+    moved = samples_to_front(where, out);
+    u->samples = Samples::at(0, where.count);
+    u->row_index = moved_row_index(ps, out, moved, where.count);
+  } else {
+    u->row_index = row_index(ps, out);
+  }
   if (multiplies) {
-    if (shape_of(other->value) == out) {
+    if (os == out && moved.identity) {
       u->input = other;  // kept alive, not copied
-    } else {  // x broadcast too (x (B, 1, d) against w (L, d)): the rule reads it at the output's shape
+    } else {  // x broadcast too (x (B, 1, d) against w (L, d)), or moved: the rule reads it at the output's shape
       auto expanded = std::make_shared<Node<T>>();
       expanded->value = xt::broadcast(other->value, out);
-      expanded->samples = other->samples;
+      if (!moved.identity) expanded->value = samples_in_front<T>(expanded->value, moved);
+      expanded->samples = u->samples;
       u->input = expanded;
     }
   }
   return u;
+}
+
+template <class T>
+ArrayT<T> samples_in_front(const ArrayT<T>& a, const SamplesToFront& order) {
+  return xt::transpose(xt::reshape_view(a, order.split), order.perm);
 }
 
 template <class T>
@@ -138,7 +200,8 @@ const PerSampleRule<T>& elementwise_rule() {
 #define DPGRAD_INSTANTIATE(T)                                                                                  \
   template ParamUse<T>* record_elementwise_use(TapeT<T>&, const std::shared_ptr<Node<T>>&,                     \
                                                const std::shared_ptr<Node<T>>&, bool, bool, const Shape&,      \
-                                               const char*);                                                   \
+                                               const char*, SamplesToFront&);                                  \
+  template ArrayT<T> samples_in_front(const ArrayT<T>&, const SamplesToFront&);                                \
   template const PerSampleRule<T>& elementwise_rule<T>();
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)

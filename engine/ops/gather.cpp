@@ -17,7 +17,9 @@ struct GatherOp final : Op<T> {
   const char* name() const override { return "gather"; }
   /// ids are the batch's tokens: (B, ...), one sample per index of axis 0.
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
-    if (!in[0].is_none()) return Samples::mixed();
+    if (in[0].kind == Samples::Kind::mixed) return in[0];
+    if (!in[0].is_none())
+      return Samples::mixed(MixedBy::What::product, "reads rows of a table that holds samples (" + in[0].str() + ")");
     if (id_shape.empty()) return Samples::none();
     return Samples::at(0, id_shape[0]);
   }

@@ -25,10 +25,14 @@ struct LinearOp final : Op<T> {
   /// Row by row over every axis but the last, which it contracts.
   Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
     for (std::size_t i = 1; i < in.size(); ++i)
-      if (!in[i].is_none()) return Samples::mixed();
+      if (in[i].kind == Samples::Kind::mixed) return in[i];
+      else if (!in[i].is_none())
+        return Samples::mixed(MixedBy::What::product, std::string("x W with ") + (i == 1 ? "W" : "its bias") +
+                                                          " holding samples (" + in[i].str() + ")");
     if (in[0].kind != Samples::Kind::none && in[0].kind != Samples::Kind::mixed && in[0].axis + 1 == x[0]->dimension() &&
         in[0].count != 1)
-      return Samples::mixed();
+      return Samples::mixed(MixedBy::What::product, "contracts x's last axis, " + std::to_string(in[0].axis) +
+                                                        ", which holds the samples, with W");
     return in[0];
   }
 

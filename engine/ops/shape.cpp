@@ -228,8 +228,9 @@ struct PadOp final : Op<T> {
   /// Padding along the per-sample axis adds elements of no sample between the blocks: mixed.
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
     const Samples& s = in[0];
-    if (s.kind == Samples::Kind::axis && (before[s.axis] != 0 || after[s.axis] != 0)) return Samples::mixed();
-    if (s.kind == Samples::Kind::subset && (before[s.axis] != 0 || after[s.axis] != 0)) return Samples::mixed();
+    if ((s.kind == Samples::Kind::axis || s.kind == Samples::Kind::subset) && (before[s.axis] != 0 || after[s.axis] != 0))
+      return Samples::mixed(MixedBy::What::other, "along the per-sample axis " + std::to_string(s.axis) +
+                                                      " puts elements of no sample between the samples' blocks");
     return s;
   }
   Shape padded(const Shape& xs) const {

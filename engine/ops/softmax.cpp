@@ -40,7 +40,10 @@ struct SoftmaxOp final : Op<T> {
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
     // along the samples' axis it mixes them (unless there is only one)
-    return in[0].on_axis(axis) && in[0].count != 1 ? Samples::mixed() : in[0];
+    if (in[0].on_axis(axis) && in[0].count != 1)
+      return Samples::mixed(MixedBy::What::statistics, "over the per-sample axis " + std::to_string(axis) + " (" +
+                                                           std::to_string(in[0].count) + " samples)");
+    return in[0];
   }
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];

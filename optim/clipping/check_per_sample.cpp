@@ -116,7 +116,20 @@ PerSampleCheck check_per_sample(ModelT<T>& model, const BatchT<T>& batch) {
   PerSampleCheck check;
   check.batch = b;
   auto naive = make_clip_strategy<T>("naive");
-  check.naive_norms = to_vector(naive->clipped_sum(model, batch, 1e300, rng).norms);
+  try {
+    check.naive_norms = to_vector(naive->clipped_sum(model, batch, 1e300, rng).norms);
+  } catch (const std::exception& e) {
+    // one example alone fails: a parameter with a row per sample of this batch would explain it
+    for (const auto& p : model.parameters())
+      if (p.dim() >= 1 && p.shape()[0] == b)
+        throw std::invalid_argument(
+            "check_per_sample: parameter '" + p.name() + "' of shape " + shape_str(p.shape()) +
+            " is shaped like the batch (axis 0 holds " + std::to_string(b) +
+            ", the batch's examples): a parameter is shared by every sample, so one example alone cannot use it "
+            "(the per-example loop failed: " + e.what() + "). Give it a leading axis of 1 to broadcast over the "
+            "batch, or pass per-sample data with per_sample_input");
+    throw;
+  }
   std::vector<double> sorted = check.naive_norms;
   std::sort(sorted.begin(), sorted.end());
   check.clip_norm = sorted[(b - 1) / 2];

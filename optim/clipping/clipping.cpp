@@ -1,6 +1,7 @@
 // The clipping strategies of optim/clipping/clipping.hpp.
 #include "optim/clipping/clipping.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -111,13 +112,21 @@ double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, con
   tape.backward(sum(losses));
   for (const auto& p : ps)
     if (p.has_grad()) {
+      // the ops that read p and recorded no use of it: those without a rule
+      std::vector<std::string> with_rule;
+      for (const auto& g : tape.uses())
+        if (g.param.get() == p.node())
+          for (const auto* u : g.uses) with_rule.emplace_back(u->op);
       std::string ops;
-      for (const std::string& op : tape.ops_reading(p.node())) ops += (ops.empty() ? "" : ", ") + op;
-      throw std::invalid_argument("parameter '" + p.name() + "' is used by an op without a per-sample rule (" +
-                                  (ops.empty() ? std::string("an op") : ops) +
-                                  "); the exact strategies cannot clip it. Use naive (exact, one example at a "
-                                  "time) or jl:K (estimated norms; it too refuses a model that mixes samples), or "
-                                  "apply the op to the data side (docs/per-sample.md)");
+      for (const std::string& op : tape.ops_reading(p.node()))
+        if (std::find(with_rule.begin(), with_rule.end(), op) == with_rule.end())
+          ops += (ops.empty() ? "" : " and ") + op;
+      throw std::invalid_argument("parameter '" + p.name() + "' is used by " + (ops.empty() ? std::string("an op") : ops) +
+                                  ", which has no per-sample rule (linear, the convolutions, gather, and mul, add "
+                                  "or sub by a parameter that broadcasts over the samples have one); the exact "
+                                  "strategies cannot clip it. Use naive (exact, one example at a time) or jl:K "
+                                  "(estimated norms; it too refuses a model that mixes samples), or apply the op to "
+                                  "the data side (docs/per-sample.md)");
     }
   return total;
 }

@@ -124,18 +124,74 @@ TEST_CASE("samples: a reshape that truly mixes samples is still refused") {
   CHECK(reshape(per_sample_input(zeros({2, 3})), {3, 2}).samples() == Samples::at(0, 1));
   // on (2, 4) -> (4, 2), sample 0's 4 elements are rows 0 and 1: exact
   CHECK(reshape(per_sample_input(zeros({2, 4})), {4, 2}).samples() == Samples::at(0, 2));
-  // the per-sample rules refuse interleaved rows for every op but linear, which moves them (next test)
-  FastRng rng(7);
-  D w = make_parameter<double>("table", randn<double>({4, 3}, rng));
-  D rows = reshape(transpose(per_sample_input(A(randn<double>({2, 3, 3}, rng))), {1, 0, 2}), {6, 3});
+}
+
+TEST_CASE("samples: time-major elementwise parameters give the per-sample gradients of the batch-major ones") {
+  // y = x * g - s on x (B, T, d), on its time-major (T, B, d) and on the rows
+  // (T B, d) of that; losses sum u * tanh(y) per sample. Like linear's, the
+  // uses keep x and dout with the samples moved to the front.
+  FastRng rng(17);
+  const std::size_t T = 3, d = 4;
+  for (std::size_t B : {2, 3}) {
+    CAPTURE(B);
+    A data = randn<double>({B, T, d}, rng), u = randn<double>({B, T, d}, rng);
+    D g = make_parameter<double>("g", randn<double>({d}, rng));
+    D s = make_parameter<double>("s", randn<double>({1, d}, rng));
+    enum class Layout { batch_major, time_major, rows };
+    auto per_sample = [&](Layout layout) {
+      TapeT<double> tape;
+      tape.record_uses(true, false);
+      {
+        RecordScope<double> scope(tape);
+        D x = per_sample_input(data);
+        D y;
+        if (layout == Layout::batch_major) {
+          y = sub(mul(x, g), s);
+        } else if (layout == Layout::time_major) {
+          y = transpose(sub(mul(transpose(x, {1, 0, 2}), g), s), {1, 0, 2});
+        } else {
+          D r = reshape(transpose(x, {1, 0, 2}), {T * B, d});
+          y = transpose(reshape(sub(mul(r, g), s), {T, B, d}), {1, 0, 2});
+        }
+        D losses = sum(mul(tanh(y), constant(u)), {1, 2});  // (B)
+        check_per_sample_tape(tape, losses, B);
+        tape.backward(sum(losses));
+      }
+      std::vector<A> gs;
+      for (const auto& group : tape.uses()) {
+        gs.push_back(per_sample_gradients(group, B));
+        A c = randn<double>({B}, rng);
+        A want = xt::zeros<double>(group.param->value.shape());
+        for (std::size_t i = 0; i < B; ++i) want += c(i) * A(xt::view(gs.back(), i));
+        DPGRAD_CHECK_CLOSE(weighted_gradient_sum(group, c), want, 1e-12);
+        A sq = xt::zeros<double>({B});
+        const std::size_t n = gs.back().size() / B;
+        for (std::size_t i = 0; i < B; ++i)
+          for (std::size_t k = 0; k < n; ++k) sq(i) += gs.back().data()[i * n + k] * gs.back().data()[i * n + k];
+        DPGRAD_CHECK_CLOSE(per_sample_norms_squared(group, B), sq, 1e-12);
+      }
+      return gs;
+    };
+    const auto batch_major = per_sample(Layout::batch_major);
+    REQUIRE(batch_major.size() == 2);
+    for (Layout layout : {Layout::time_major, Layout::rows}) {
+      const auto got = per_sample(layout);
+      REQUIRE(got.size() == 2);
+      DPGRAD_CHECK_CLOSE(got[0], batch_major[0], 1e-12);
+      DPGRAD_CHECK_CLOSE(got[1], batch_major[1], 1e-12);
+    }
+  }
+  // a time-major parameter that varies with the sample is refused, not guessed
+  D x = transpose(per_sample_input(A(randn<double>({2, T, d}, rng))), {1, 0, 2});  // (T, 2, d)
+  D v = make_parameter<double>("v", randn<double>({2, d}, rng));
   TapeT<double> tape;
   tape.record_uses(true, false);
   {
     RecordScope<double> scope(tape);
-    tape.backward(sum(mul(rows, make_parameter<double>("scale", randn<double>({3}, rng)))));
+    tape.backward(sum(mul(x, v)));
   }
   test::check_error<std::invalid_argument>([&] { per_sample_norms_squared(tape.uses()[0], 2); },
-                                           {"parameter 'scale' is used by mul", "interleaved along axis 0"});
+                                           {"parameter 'v'", "used by mul", "must broadcast over it"});
 }
 
 TEST_CASE("samples: linear on rows with the batch inner gives the per-sample gradients of the batch-major one") {
@@ -346,4 +402,63 @@ TEST_CASE("samples: a batch of one sample: nothing done to it mixes it") {
     tape.backward(sum(linear(transpose(x, {1, 0, 2}), w)));
   }
   CHECK(per_sample_norms_squared(tape.uses()[0], 1).size() == 1);
+}
+
+TEST_CASE("samples: a refusal for mixed samples names the op, the axis and what it saw") {
+  FastRng rng(31);
+  // the refusal of linear's per-sample rule for a use on x, or "" if none
+  auto refusal = [&](const D& x, std::size_t batch) -> std::string {
+    D w = make_parameter<double>("dense.weight", randn<double>({x.shape().back(), 2}, rng));
+    TapeT<double> tape;
+    tape.record_uses(true, false);
+    RecordScope<double> scope(tape);
+    tape.backward(sum(linear(x, w)));
+    try {
+      per_sample_norms_squared(tape.uses()[0], batch);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto has = [](const std::string& s, const std::string& part) {
+    INFO(s);
+    CHECK(s.find(part) != std::string::npos);
+  };
+  D data = per_sample_input(A(randn<double>({4, 3}, rng)));
+  const std::string head = "parameter 'dense.weight' is used by linear on an input that mixes samples: ";
+  SUBCASE("statistics over the batch: the op, the axis, and the batch-normalisation hint") {
+    const std::string e = refusal(sub(data, mean(data, {0}, true)), 4);
+    has(e, head + "sum over the per-sample axis 0 (4 samples) (statistics over the batch");
+    has(e, "batch normalisation");
+    has(e, "GroupNorm");
+    // the op that mixed is kept through the ops after it
+    CHECK(tanh(sub(data, mean(data, {0}, true))).samples().str().find("by sum over the per-sample axis 0") !=
+          std::string::npos);
+    has(refusal(softmax(data, 0), 4), head + "softmax over the per-sample axis 0 (4 samples) (statistics");
+  }
+  SUBCASE("a reshape that merges the batch with another axis: the shapes, no batch-normalisation hint") {
+    // time-major (T 4, B 3, d 5) read as (3, 20): no axis holds whole samples
+    D x = transpose(per_sample_input(A(randn<double>({3, 4, 5}, rng))), {1, 0, 2});
+    const std::string e = refusal(reshape(x, {3, 20}), 3);
+    has(e, head + "reshape of (4, 3, 5) to (3, 20) merges the per-sample axis 1 (3 samples) with another axis");
+    CHECK(e.find("batch normalisation") == std::string::npos);
+  }
+  SUBCASE("a product whose second factor holds samples") {
+    const std::string e = refusal(matmul(constant(A(randn<double>({2, 4}, rng))), data), 4);
+    has(e, head + "matmul of a (2, 4) by b (4, 3), whose second factor holds samples (per-sample axis 0 (4 samples))");
+    CHECK(e.find("batch normalisation") == std::string::npos);
+    has(linear(constant(A(randn<double>({2, 4}, rng))), data).samples().str(), "by linear x W with W holding samples");
+  }
+  SUBCASE("losses regrouped, not mixed: no batch-normalisation hint") {
+    // (T 2, B 3) time-major losses flattened: 6 losses, the samples interleaved
+    D losses = reshape(transpose(per_sample_input(A(randn<double>({3, 2}, rng))), {1, 0}), {6});
+    try {
+      check_per_sample_losses(losses, 3);
+      FAIL("not refused");
+    } catch (const std::invalid_argument& e) {
+      has(e.what(), "per-sample losses of shape (6) carry per-sample axis 0 (3 samples, interleaved: 2 runs of them)");
+      has(e.what(), "moves or regroups them");
+      CHECK(std::string(e.what()).find("batch normalisation") == std::string::npos);
+    }
+  }
 }

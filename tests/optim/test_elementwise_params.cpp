@@ -156,6 +156,24 @@ TEST_CASE("elementwise parameters: a parameter that varies along the samples' ax
   for (std::string s : {"vanilla", "ghost"}) {
     CAPTURE(s);
     CHECK_THROWS_WITH_AS(make_clip_strategy<double>(s)->clipped_sum(model, batch, 1.0, rng),
+                         doctest::Contains("parameter 'v': per-sample rule: a parameter of shape (4, 1, 4) is used "
+                                           "by mul along the samples' axis 0"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(make_clip_strategy<double>(s)->clipped_sum(model, batch, 1.0, rng),
                          doctest::Contains("must broadcast over it"), std::invalid_argument);
   }
+}
+
+TEST_CASE("elementwise parameters: check_per_sample refuses a parameter shaped like the batch in words that say so") {
+  FastRng init(51), data(52);
+  ElementwiseModel model(init, Use::batch_varying, 4);
+  // before: the per-example loop's cross-entropy shape error, about logits and labels
+  test::check_error<std::invalid_argument>(
+      [&] { check_per_sample(model, sequences(4, data)); },
+      {"check_per_sample: parameter 'v' of shape (4, 1, 4) is shaped like the batch (axis 0 holds 4, the batch's "
+       "examples)",
+       "a parameter is shared by every sample", "Give it a leading axis of 1"});
+  // the same model with a gain and shift that broadcast: the check runs
+  ElementwiseModel fine(init, Use::gain_shift, 4);
+  CHECK(check_per_sample(fine, sequences(4, data)).agrees(1e-9));
 }
