@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include "engine/check.hpp"
 #include "layers/registry.hpp"
@@ -250,15 +253,21 @@ json restore_run_options(Options& o, const std::set<std::string>& given, json re
           "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
   json& stored = resumed["options"];
   const json given_json = run_options_json(o);
-  // The run keeps its settings: flags may repeat them but not change them.
+  // The run keeps its settings: flags may repeat them but not change them;
+  // every change is listed. The engine's threads are not the run's: a resumed
+  // run may use others.
+  std::vector<std::string> changed;
   for_each_run_option(o, [&](const char* flag, auto& v) {
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
+    if (std::string(flag) == "threads" && given.count(flag) > 0) return;
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])
-      throw std::invalid_argument(fmt::format(
-          "--{} {} contradicts the checkpointed run's {}; a resumed run keeps its settings (leave the flag out)",
-          flag, given_json[flag].dump(), stored[flag].dump()));
+      changed.push_back(fmt::format("--{} {} (the run's: {})", flag, given_json[flag].dump(), stored[flag].dump()));
     option_from_json(stored[flag], v);
   });
+  if (!changed.empty())
+    throw std::invalid_argument(fmt::format(
+        "{} contradict{} the checkpointed run; a resumed run keeps its settings (leave {} out)",
+        fmt::join(changed, ", "), changed.size() == 1 ? "s" : "", changed.size() == 1 ? "the flag" : "the flags"));
   return resumed;
 }
 

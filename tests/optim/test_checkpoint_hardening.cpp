@@ -8,8 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -435,4 +437,37 @@ TEST_CASE("checkpoint hardening: deep JSON, fractional steps, non-finite values 
     std::ofstream(dir.path / "latest", std::ios::binary | std::ios::trunc) << std::string("step-0\0/../x", 12);
     test::check_error<CheckpointError>([&] { run.resume(dir.path); }, {"latest does not name a checkpoint", "\\x00/../x"});
   }
+}
+
+TEST_CASE("checkpoint hardening: a resume that changes the run's settings is refused, listing each change") {
+  test::TempDir dir("dpgrad-settings");
+  Run run;
+  run.config.target_epsilon = 50.0;  // with the noise multiplier: a budget the run stays within
+  run.write(dir.path, 3);
+  run.resume(dir.path);  // the same settings: fine
+  struct Change {
+    const char* what;
+    std::function<void(PrivateTrainingConfigT<double>&)> apply;
+    const char* says;
+  };
+  const std::vector<Change> changes = {
+      {"epochs", [](auto& c) { c.epochs = 3; }, "epochs (checkpoint 2.0, now 3.0)"},
+      {"target epsilon", [](auto& c) { c.target_epsilon = 60.0; }, "target_epsilon (checkpoint 50.0, now 60.0)"},
+      {"noise multiplier", [](auto& c) { c.noise_multiplier = 2.0; }, "noise_multiplier (checkpoint 1.0, now 2.0)"},
+      {"clip norm", [](auto& c) { c.clip_norm = 0.5; }, "clip_norm (checkpoint 1.0, now 0.5)"},
+  };
+  for (const auto& change : changes) {
+    CAPTURE(change.what);
+    Run changed = run;
+    change.apply(changed.config);
+    test::check_error<std::invalid_argument>([&] { changed.resume(dir.path); },
+                                             {"is of a run with other settings: ", change.says,
+                                              "a resumed run keeps its settings"});
+  }
+  // all four at once: each is listed
+  Run all = run;
+  for (const auto& change : changes) change.apply(all.config);
+  std::vector<std::string> says = {"is of a run with other settings"};
+  for (const auto& change : changes) says.push_back(change.says);
+  test::check_error<std::invalid_argument>([&] { all.resume(dir.path); }, says);
 }

@@ -152,8 +152,15 @@ TEST_CASE("private trainer: with a noise multiplier and a target, the run stops 
   CHECK(t.total_steps() + t.steps_cut_for_budget() == 2000);
   CHECK(t.final_epsilon() <= 1.0);
   CHECK_FALSE(t.is_private());  // the named opt-in
-  t.train();
+  const TrainResult r = t.train();
   CHECK(t.done());
+  // the result says the budget cut the run short, and by how much
+  CHECK(r.status == RunStatus::stopped_by_budget);
+  CHECK(to_string(r.status) == "stopped by the privacy budget");
+  CHECK(r.steps == t.total_steps());
+  CHECK(r.planned_steps == 2000);
+  CHECK(r.message.find("stopped by the privacy budget after " + std::to_string(r.steps) + " of 2000") !=
+        std::string::npos);
   CHECK(t.epsilon() <= 1.0);
   CHECK(t.epsilon() == doctest::Approx(t.final_epsilon()));
   // one step more would have crossed the target

@@ -144,6 +144,25 @@ TEST_CASE("dpgrad-train: a short private run on synthetic data reports epsilon w
   CHECK(t.out.find("train loss (not covered by epsilon)") != std::string::npos);
 }
 
+TEST_CASE("dpgrad-train: a run the budget cuts short says so in its text and its JSON") {
+  const std::string cmd = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
+                                  "--epochs 5 --noise-multiplier 1 --target-epsilon 1.5 --reproducible-noise";
+  Run text = run(cmd);
+  REQUIRE(text.status == 0);
+  CHECK(text.out.find("(stopped by the privacy budget: 68 of 160 steps)") != std::string::npos);
+  Run js = run(cmd + " --json");
+  REQUIRE(js.status == 0);
+  auto j = last_json(js.out);
+  CHECK(j["status"] == "stopped by the privacy budget");
+  CHECK(j["steps"] == 68);
+  CHECK(j["planned_steps"] == 160);
+  // a run within its budget says it is complete
+  Run whole = run(train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 --epochs 1 "
+                          "--noise-multiplier 1 --reproducible-noise --json");
+  REQUIRE(whole.status == 0);
+  CHECK(last_json(whole.out)["status"] == "complete");
+}
+
 TEST_CASE("dpgrad-train: --physical-batch-size clips in chunks and releases what one piece releases") {
   const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
                                    "--epochs 1 --noise-multiplier 1.0 --reproducible-noise --seed 4 --json";
@@ -437,17 +456,22 @@ TEST_CASE("dpgrad-train: what a run needs is checked before any step; silent val
   REQUIRE(text.status == 0);
 }
 
-TEST_CASE("dpgrad-train: two runs cannot share a checkpoint directory; --threads and --checkpoint-every are kept") {
+TEST_CASE("dpgrad-train: two runs cannot share a checkpoint directory; a resume lists every changed flag, --threads may change") {
   dpgrad::test::TempDir dir("dpgrad-lock");
   const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
                                    "--epochs 1 --noise-multiplier 1 --reproducible-noise --checkpoint-dir " +
                            (dir.path / "run").string();
   Run first = run(base + " --threads 1 --checkpoint-every 3");
   REQUIRE(first.status == 0);
-  // resuming with other settings contradicts the stored run
-  Run other = run(base + " --resume --threads 2");
+  // resuming with other settings contradicts the stored run: each change is named
+  Run other = run(base + " --resume --lr 0.3 --clip-norm 2 --checkpoint-every 4");
   CHECK(other.status == 2);
-  CHECK(other.out.find("--threads 2 contradicts") != std::string::npos);
+  CHECK(other.out.find("--lr 0.3 (the run's: 0.1)") != std::string::npos);
+  CHECK(other.out.find("--clip-norm 2.0 (the run's: 1.0)") != std::string::npos);
+  CHECK(other.out.find("--checkpoint-every 4 (the run's: 3) contradict the checkpointed run") != std::string::npos);
+  // the engine's threads are not the run's: a resume may use others
+  Run threads = run(base + " --resume --threads 2");
+  CHECK(threads.status == 0);
   // a run holding the directory's lock keeps a second one out
   const std::filesystem::path lock = dir.path / "run" / ".lock";
   const int fd = ::open(lock.c_str(), O_RDWR);

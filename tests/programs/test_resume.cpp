@@ -253,7 +253,8 @@ TEST_CASE("dpgrad-train: checkpoint misuse is refused with a message and status 
   // a flag that contradicts the run
   auto [c2, t2] = status_and_text({"--checkpoint-dir", dir.string(), "--resume", "--lr", "0.5"});
   CHECK(c2 == 2);
-  CHECK(t2.find("--lr 0.5 contradicts") != std::string::npos);
+  CHECK(t2.find("--lr 0.5 (the run's: ") != std::string::npos);
+  CHECK(t2.find("contradicts the checkpointed run") != std::string::npos);
   // --resume without a directory, and an empty directory
   auto [c3, t3] = status_and_text({"--resume"});
   CHECK(c3 == 2);
