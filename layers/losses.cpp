@@ -36,24 +36,24 @@ TensorT<T> row_mean(const TensorT<T>& x) {
 }  // namespace
 
 template <class T>
-LossFnT<T> cross_entropy_loss() {
-  return [](const TensorT<T>& outputs, const BatchT<T>& batch) {
+NamedLossT<T> cross_entropy_loss() {
+  return {"cross_entropy", [](const TensorT<T>& outputs, const BatchT<T>& batch) {
     if (batch.labels.empty()) throw std::invalid_argument("cross_entropy_loss: the batch has no class labels");
     return cross_entropy(outputs, batch.labels);
-  };
+  }};
 }
 
 template <class T>
-LossFnT<T> mse_loss() {
-  return [](const TensorT<T>& outputs, const BatchT<T>& batch) {
+NamedLossT<T> mse_loss() {
+  return {"mse", [](const TensorT<T>& outputs, const BatchT<T>& batch) {
     const TensorT<T> diff = sub(outputs, targets_like(outputs, batch, "mse_loss"));
     return row_mean(mul(diff, diff));
-  };
+  }};
 }
 
 template <class T>
-LossFnT<T> bce_with_logits_loss() {
-  return [](const TensorT<T>& z, const BatchT<T>& batch) {
+NamedLossT<T> bce_with_logits_loss() {
+  return {"bce_with_logits", [](const TensorT<T>& z, const BatchT<T>& batch) {
     const TensorT<T> y = targets_like(z, batch, "bce_with_logits_loss");
     for (const T v : batch.targets)
       if (!(v >= T(0) && v <= T(1)))
@@ -67,14 +67,14 @@ LossFnT<T> bce_with_logits_loss() {
     const TensorT<T> pair = concat<T>({reshape(z, col), constant<T>(xt::zeros<T>(col))}, last);
     const TensorT<T> softplus = scale(reshape(slice(log_softmax(pair, last), last, 1, 2), z.shape()), T(-1));
     return row_mean(sub(softplus, mul(z, y)));
-  };
+  }};
 }
 
-template LossFnT<float> cross_entropy_loss<float>();
-template LossFnT<double> cross_entropy_loss<double>();
-template LossFnT<float> mse_loss<float>();
-template LossFnT<double> mse_loss<double>();
-template LossFnT<float> bce_with_logits_loss<float>();
-template LossFnT<double> bce_with_logits_loss<double>();
+template NamedLossT<float> cross_entropy_loss<float>();
+template NamedLossT<double> cross_entropy_loss<double>();
+template NamedLossT<float> mse_loss<float>();
+template NamedLossT<double> mse_loss<double>();
+template NamedLossT<float> bce_with_logits_loss<float>();
+template NamedLossT<double> bce_with_logits_loss<double>();
 
 }  // namespace dpgrad

@@ -7,21 +7,23 @@
 
 namespace dpgrad {
 
-/// Softmax cross-entropy of logits (R, classes) against batch.labels (the default).
+/// Softmax cross-entropy of logits (R, classes) against batch.labels (the
+/// default), named "cross_entropy".
 template <class T>
-LossFnT<T> cross_entropy_loss();
+NamedLossT<T> cross_entropy_loss();
 
 /// Mean squared error per row: the mean over a row's coordinates of
-/// (output - target)^2, against batch.targets of the outputs' shape.
+/// (output - target)^2, against batch.targets of the outputs' shape; named "mse".
 template <class T>
-LossFnT<T> mse_loss();
+NamedLossT<T> mse_loss();
 
 /// Binary cross-entropy of logits z against targets y in [0, 1] (batch.targets, the
 /// outputs' shape), the mean over a row's coordinates of
 /// softplus(z) - z y = max(z, 0) - z y + log(1 + exp(-|z|)), which is
 /// -y log s(z) - (1 - y) log(1 - s(z)) computed without overflow; softplus comes
-/// from log_softmax, so the gradient is s(z) - y everywhere, at z = 0 too.
+/// from log_softmax, so the gradient is s(z) - y everywhere, at z = 0 too;
+/// named "bce_with_logits".
 template <class T>
-LossFnT<T> bce_with_logits_loss();
+NamedLossT<T> bce_with_logits_loss();
 
 }  // namespace dpgrad

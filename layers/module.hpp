@@ -71,6 +71,17 @@ class SequentialT final : public LayerT<T> {
 template <class T>
 using LossFnT = std::function<TensorT<T>(const TensorT<T>& outputs, const BatchT<T>& batch)>;
 
+/// A per-sample loss with its name, as layers/losses.hpp makes them: the name
+/// tells evaluation which metrics fit it ("cross_entropy": accuracy;
+/// "bce_with_logits": accuracy at 0.5 and AUC; "mse": MSE and MAE).
+template <class T>
+struct NamedLossT {
+  std::string name;
+  LossFnT<T> rows;
+  /// The loss itself: one loss per row of `outputs` (it converts to LossFnT).
+  TensorT<T> operator()(const TensorT<T>& outputs, const BatchT<T>& batch) const { return rows(outputs, batch); }
+};
+
 /// A whole network: batch -> outputs (B, ...), logits by default, and the loss
 /// its training minimises (softmax cross-entropy against the labels unless set).
 template <class T>
@@ -78,13 +89,26 @@ class ModelT : public ModuleT<T> {
  public:
   virtual TensorT<T> forward(const BatchT<T>& batch) = 0;
   virtual std::string name() const = 0;
-  /// Replaces the loss (an empty function restores cross-entropy).
-  void set_loss(LossFnT<T> loss) { loss_ = std::move(loss); }
+  /// Replaces the loss (an empty function restores cross-entropy). A loss of
+  /// one's own is named "custom": evaluation then reports the loss and the
+  /// metrics registered with it, no built-in metric.
+  void set_loss(LossFnT<T> loss) {
+    loss_name_ = loss ? "custom" : "cross_entropy";
+    loss_ = std::move(loss);
+  }
+  /// Replaces the loss with a named one (layers/losses.hpp).
+  void set_loss(NamedLossT<T> loss) {
+    loss_name_ = loss.rows ? std::move(loss.name) : "cross_entropy";
+    loss_ = std::move(loss.rows);
+  }
+  /// "cross_entropy" (the default), a named loss's name, or "custom".
+  const std::string& loss_name() const { return loss_name_; }
   /// Per-row losses of `outputs` for `batch`: (R).
   TensorT<T> row_losses(const TensorT<T>& outputs, const BatchT<T>& batch) const;
 
  private:
   LossFnT<T> loss_;
+  std::string loss_name_ = "cross_entropy";
 };
 
 /// A model over dense features: a Sequential stack applied to batch.inputs.

@@ -610,28 +610,132 @@ void PrivateTrainerT<T>::run_inference(const BatchT<T>& data, std::size_t chunk,
   }
 }
 
+namespace {
+
+const char* const kBuiltinMetrics[] = {"accuracy", "accuracy@0.5", "auc", "mse", "mae"};
+/// The built-in metrics that are means over examples: they combine over shards exactly.
+bool is_mean_metric(const std::string& name) { return name != "auc" && std::count(std::begin(kBuiltinMetrics), std::end(kBuiltinMetrics), name); }
+
+/// The area under the ROC curve of (score, positive) pairs: the Mann-Whitney
+/// statistic, P(score of a positive > score of a negative), ties counted half
+/// (average ranks). NaN when one class is missing.
+double roc_auc(std::vector<std::pair<double, bool>> scored) {
+  std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  double positives = 0, rank_sum = 0;
+  for (std::size_t i = 0; i < scored.size();) {
+    std::size_t j = i;
+    while (j < scored.size() && scored[j].first == scored[i].first) ++j;
+    const double rank = (double(i) + double(j - 1)) / 2 + 1;  // the tie's average rank, from 1
+    for (std::size_t k = i; k < j; ++k)
+      if (scored[k].second) rank_sum += rank, positives += 1;
+    i = j;
+  }
+  const double negatives = double(scored.size()) - positives;
+  if (positives == 0 || negatives == 0) return std::nan("");
+  return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
+}
+
+}  // namespace
+
+double Evaluation::metric(const std::string& name) const {
+  std::string there;
+  for (const auto& [k, v] : metrics) {
+    if (k == name) return v;
+    there += (there.empty() ? "" : ", ") + k;
+  }
+  throw std::out_of_range("evaluation: no metric '" + name + "' (there are: " + (there.empty() ? "none" : there) + ")");
+}
+
+bool Evaluation::has(const std::string& name) const {
+  return std::any_of(metrics.begin(), metrics.end(), [&](const auto& m) { return m.first == name; });
+}
+
+std::string Evaluation::str() const {
+  std::string s = "loss " + num(loss);
+  for (const auto& [k, v] : metrics) s += ", " + k + " " + num(v);
+  return s;
+}
+
+template <class T>
+void PrivateTrainerT<T>::add_metric(const std::string& name, MetricFnT<T> metric) {
+  require(!name.empty(), "add_metric: a metric needs a name");
+  require(metric != nullptr, "add_metric: the metric '" + name + "' has no function");
+  require(!std::count(std::begin(kBuiltinMetrics), std::end(kBuiltinMetrics), name),
+          "add_metric: '" + name + "' is a built-in metric's name; choose another");
+  require(std::none_of(metrics_.begin(), metrics_.end(), [&](const auto& m) { return m.first == name; }),
+          "add_metric: a metric called '" + name + "' was added already");
+  metrics_.emplace_back(name, std::move(metric));
+}
+
 template <class T>
 Evaluation PrivateTrainerT<T>::evaluate(const BatchT<T>& data, std::size_t chunk) {
   Evaluation e;
   const std::size_t n = data.examples();
   const bool labelled = !data.labels.empty();
-  std::size_t correct = 0;
-  double loss = 0;
+  const std::string& kind = model_.loss_name();
+  const bool bce = kind == "bce_with_logits", mse = kind == "mse", classes = !bce && !mse;
+  std::size_t correct = 0, elements = 0, hits = 0;
+  double loss = 0, squared = 0, absolute = 0;
+  std::vector<std::pair<double, bool>> scored;  // BCE: each output and its target's class, for the AUC
+  std::vector<ArrayT<T>> outputs;               // the user's metrics read them all at once
   run_inference(data, chunk, [&](const BatchT<T>& b, std::size_t, const TensorT<T>& out) {
     const TensorT<T> losses = model_.row_losses(out, b);  // kept: the loop reads its value
     for (const T v : losses.value()) loss += double(v) / double(b.views);
-    if (labelled && b.views == 1 && out.value().dimension() == 2) {
-      const ArrayT<T>& z = out.value();
+    const ArrayT<T>& z = out.value();
+    if (classes && labelled && b.views == 1 && z.dimension() == 2) {
       const std::size_t k = z.shape()[1];
       for (std::size_t i = 0; i < b.examples(); ++i) {
         const T* row = z.data() + i * k;
         if (std::int32_t(std::max_element(row, row + k) - row) == b.labels[i]) ++correct;
       }
     }
+    if ((bce || mse) && b.targets.shape() == z.shape()) {  // the loss has checked the shapes
+      const T *pz = z.data(), *py = b.targets.data();
+      for (std::size_t i = 0; i < z.size(); ++i) {
+        const double zi = double(pz[i]), yi = double(py[i]);
+        if (bce) {  // sigmoid(z) > 0.5 exactly when z > 0
+          const bool positive = yi >= 0.5;
+          hits += (zi > 0) == positive;
+          scored.emplace_back(zi, positive);
+        } else {
+          squared += (zi - yi) * (zi - yi);
+          absolute += std::abs(zi - yi);
+        }
+      }
+      elements += z.size();
+    }
+    if (!metrics_.empty()) outputs.push_back(z);
   });
+  const double nan = std::nan("");
   e.examples = n;
   e.loss = n ? loss / double(n) : 0.0;
-  e.accuracy = labelled && n ? double(correct) / double(n) : std::nan("");
+  e.accuracy = nan;
+  if (classes && labelled) {
+    e.accuracy = n ? double(correct) / double(n) : nan;
+    e.metrics.emplace_back("accuracy", e.accuracy);
+  }
+  if (bce) {
+    e.accuracy = elements ? double(hits) / double(elements) : nan;
+    e.metrics.emplace_back("accuracy@0.5", e.accuracy);
+    e.metrics.emplace_back("auc", roc_auc(std::move(scored)));
+  }
+  if (mse) {
+    e.metrics.emplace_back("mse", elements ? squared / double(elements) : nan);
+    e.metrics.emplace_back("mae", elements ? absolute / double(elements) : nan);
+  }
+  if (!metrics_.empty()) {
+    ArrayT<T> all = ArrayT<T>::from_shape({0});
+    if (!outputs.empty()) {  // the chunks joined along axis 0 (each contiguous, row-major)
+      Shape s = shape_of(outputs[0]);
+      std::size_t rows = 0;
+      for (const auto& o : outputs) rows += o.shape()[0];
+      s[0] = rows;
+      all = ArrayT<T>::from_shape(s);
+      T* at = all.data();
+      for (const auto& o : outputs) at = std::copy(o.begin(), o.end(), at);
+    }
+    for (const auto& [name, fn] : metrics_) e.metrics.emplace_back(name, fn(all, data));
+  }
   return e;
 }
 
@@ -639,6 +743,18 @@ template <class T>
 Evaluation PrivateTrainerT<T>::evaluate_sharded(const BatchT<T>& shard, std::size_t chunk) {
   Evaluation e = evaluate(shard, chunk);
   if (!config_.communicator) return e;
+  {  // the means, weighted by each shard's examples (every example has as many outputs); the rest NaN
+    std::vector<double> sums;
+    for (const auto& [k, v] : e.metrics) {
+      const bool counted = is_mean_metric(k) && !std::isnan(v);
+      sums.push_back(counted ? v * double(e.examples) : 0.0);
+      sums.push_back(counted ? double(e.examples) : 0.0);
+    }
+    if (!sums.empty()) config_.communicator->allreduce_sum(sums.data(), sums.size());
+    for (std::size_t i = 0; i < e.metrics.size(); ++i)
+      e.metrics[i].second = is_mean_metric(e.metrics[i].first) && sums[2 * i + 1] > 0 ? sums[2 * i] / sums[2 * i + 1]
+                                                                                        : std::nan("");
+  }
   const bool unlabelled = e.examples > 0 && std::isnan(e.accuracy);  // correct answers: accuracy * examples
   double sums[4] = {e.loss * double(e.examples), unlabelled || !e.examples ? 0.0 : e.accuracy * double(e.examples),
                     double(e.examples), unlabelled ? 1.0 : 0.0};
@@ -646,6 +762,9 @@ Evaluation PrivateTrainerT<T>::evaluate_sharded(const BatchT<T>& shard, std::siz
   e.examples = std::size_t(sums[2]);
   e.loss = e.examples ? sums[0] / sums[2] : 0.0;
   e.accuracy = sums[3] == 0 && e.examples ? std::round(sums[1]) / sums[2] : std::nan("");
+  for (auto& [k, v] : e.metrics)  // the exact count of correct answers for "accuracy"; the threshold's for BCE
+    if (k == "accuracy") v = e.accuracy;
+    else if (k == "accuracy@0.5") e.accuracy = v;
   return e;
 }
 

@@ -127,12 +127,30 @@ using PrivateTrainingConfig = PrivateTrainingConfigT<float>;
 template <class T>
 void check_training_config(const PrivateTrainingConfigT<T>& config, double lr);
 
-/// What evaluate() measures on a data set.
+/// What evaluate() measures on a data set: the loss, and the metrics that fit
+/// the model's loss (ModelT::loss_name): "accuracy" for cross-entropy (the
+/// share of examples whose largest output is their label); "accuracy@0.5"
+/// (sigmoid of each output above 0.5 against its target at or above 0.5) and
+/// "auc" (the area under the ROC curve of the outputs against those classes,
+/// NaN when only one class is present) for BCE with logits; "mse" and "mae"
+/// (over every output against its target) for MSE; then the user's
+/// (PrivateTrainerT::add_metric), in the order added.
 struct Evaluation {
   double loss = 0;      // mean per-example loss (the model's loss)
-  double accuracy = 0;  // share of examples whose largest output is their label; NaN without labels
+  double accuracy = 0;  // "accuracy" (cross-entropy) or "accuracy@0.5" (BCE); NaN for other losses or without labels
   std::size_t examples = 0;
+  std::vector<std::pair<std::string, double>> metrics;  // name, value
+  /// The metric called `name`; throws std::out_of_range naming the ones there are.
+  double metric(const std::string& name) const;
+  bool has(const std::string& name) const;
+  /// "loss 0.31, accuracy@0.5 0.91, auc 0.95".
+  std::string str() const;
 };
+
+/// A metric of one's own: from the model's outputs on the whole evaluated set
+/// (its rows, ...) and that set, one number (PrivateTrainerT::add_metric).
+template <class T>
+using MetricFnT = std::function<double(const ArrayT<T>& outputs, const BatchT<T>& data)>;
 
 /// How train() ended.
 enum class RunStatus {
@@ -259,8 +277,14 @@ class PrivateTrainerT {
 
   // ---- evaluation (with the parameter average when ema > 0)
   Evaluation evaluate(const BatchT<T>& data, std::size_t chunk = 500);
+  /// Adds a metric evaluate() reports after the built-in ones. Throws
+  /// std::invalid_argument for an empty name, a name taken (by a built-in
+  /// metric or one added before) or an empty function.
+  void add_metric(const std::string& name, MetricFnT<T> metric);
   /// evaluate() of each rank's `shard` (of a test set, say), added up over the
   /// ranks of a data-parallel run: every rank gets the whole set's figures.
+  /// The means (accuracy, accuracy@0.5, mse, mae) combine exactly; the AUC and
+  /// the user's metrics, which do not, are NaN on several processes.
   Evaluation evaluate_sharded(const BatchT<T>& shard, std::size_t chunk = 500);
   /// Processes of the run (1 without a communicator) and this one's rank.
   int processes() const;
@@ -324,6 +348,7 @@ class PrivateTrainerT {
   std::unique_ptr<DPOptimizerT<T>> dp_;
   std::unique_ptr<ParameterAverageT<T>> average_;
   std::vector<ArrayT<T>> released_;  // the releases before training, config order
+  std::vector<std::pair<std::string, MetricFnT<T>>> metrics_;  // add_metric's
   double self_check_seconds_ = 0;
   long steps_ = 0, saved_at_ = -1;
   nlohmann::json resumed_extra_;

@@ -451,3 +451,100 @@ TEST_CASE("private trainer: the default delta keeps delta N <= 0.6; a delta of 1
   CHECK(warnings[0].find("published exactly") != std::string::npos);
   CHECK(trainer_delta(100, 0.0099, false).second.empty());
 }
+
+TEST_CASE("private trainer: evaluate() reports the metrics that fit the loss, and the user's") {
+  FastRng init(21), data(22);
+  BatchT<double> train = separable<double>(300, data);
+  PrivateTrainingConfigT<double> c;
+  c.non_private = true;
+  c.epochs = 1;
+  c.batch_size = 50;
+  BatchT<double> test = separable<double>(120, data);
+  auto outputs_of = [](PrivateTrainerT<double>& t, const BatchT<double>& b) { return t.predict(b); };
+  SUBCASE("cross-entropy: accuracy, as before") {
+    auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+    const Evaluation e = t.evaluate(test, 7);
+    REQUIRE(e.metrics.size() == 1);
+    CHECK(e.metrics[0].first == "accuracy");
+    CHECK(e.metric("accuracy") == e.accuracy);
+    CHECK(e.accuracy >= 0);
+    CHECK(e.str().find("accuracy ") != std::string::npos);
+    test::check_error<std::out_of_range>([&] { e.metric("auc"); }, {"no metric 'auc'", "there are: accuracy"});
+  }
+  SUBCASE("BCE with logits: accuracy at 0.5 and AUC, against a direct count") {
+    auto model = make_mlp<double>({8, 2}, Activation::relu, init);
+    model->set_loss(bce_with_logits_loss<double>());
+    CHECK(model->loss_name() == "bce_with_logits");
+    auto targets = [](const BatchT<double>& b) {
+      ArrayT<double> y = xt::zeros<double>({b.examples(), std::size_t(2)});
+      for (std::size_t i = 0; i < b.examples(); ++i) y(i, 0) = b.labels[i] == 2, y(i, 1) = b.labels[i] == 0 ? 0.75 : 0.25;
+      return y;
+    };
+    train.targets = targets(train);
+    test.targets = targets(test);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+    t.train();
+    const Evaluation e = t.evaluate(test, 7);
+    REQUIRE(e.metrics.size() == 2);
+    const ArrayT<double> z = outputs_of(t, test);
+    double hits = 0, pairs = 0, wins = 0;
+    std::vector<std::pair<double, bool>> all;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      const bool pos = test.targets.data()[i] >= 0.5;
+      hits += (1 / (1 + std::exp(-z.data()[i])) > 0.5) == pos;
+      all.emplace_back(z.data()[i], pos);
+    }
+    for (const auto& [zp, p] : all)  // every (positive, negative) pair: 1 when ordered, 1/2 when tied
+      for (const auto& [zn, q] : all)
+        if (p && !q) pairs += 1, wins += zp > zn ? 1.0 : zp == zn ? 0.5 : 0.0;
+    CHECK(e.metric("accuracy@0.5") == doctest::Approx(hits / double(z.size())));
+    CHECK(e.accuracy == e.metric("accuracy@0.5"));
+    CHECK(e.metric("auc") == doctest::Approx(wins / pairs));
+    // one class only: no AUC to give, said as NaN
+    BatchT<double> one = test;
+    one.targets = xt::ones<double>({test.examples(), std::size_t(2)});
+    CHECK(std::isnan(t.evaluate(one).metric("auc")));
+  }
+  SUBCASE("MSE: mse and mae over every output; no accuracy") {
+    auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+    model->set_loss(mse_loss<double>());
+    train.targets = randn<double>({300, 3}, data);
+    test.targets = randn<double>({120, 3}, data);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+    const Evaluation e = t.evaluate(test, 7);
+    const ArrayT<double> z = outputs_of(t, test);
+    const ArrayT<double> d = z - test.targets;
+    CHECK(e.metric("mse") == doctest::Approx(double(xt::mean(d * d)())));
+    CHECK(e.metric("mae") == doctest::Approx(double(xt::mean(xt::abs(d))())));
+    CHECK(e.loss == doctest::Approx(e.metric("mse")));  // the loss is the row mean of the same squares
+    CHECK(std::isnan(e.accuracy));
+    CHECK_FALSE(e.has("accuracy"));
+  }
+  SUBCASE("the user's metrics, after the built-in ones; bad names refused") {
+    auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+    std::size_t rows_seen = 0;
+    t.add_metric("largest output", [&](const ArrayT<double>& out, const BatchT<double>& b) {
+      rows_seen = out.shape()[0];
+      CHECK(b.examples() == 120);
+      return double(xt::amax(out)());
+    });
+    const Evaluation e = t.evaluate(test, 7);  // chunks of 7: the metric sees them joined
+    REQUIRE(e.metrics.size() == 2);
+    CHECK(e.metrics[1].first == "largest output");
+    CHECK(rows_seen == 120);
+    CHECK(e.metric("largest output") == double(xt::amax(t.predict(test))()));
+    test::check_error<std::invalid_argument>([&] { t.add_metric("auc", [](const auto&, const auto&) { return 0.0; }); },
+                                             {"'auc' is a built-in metric's name"});
+    test::check_error<std::invalid_argument>(
+        [&] { t.add_metric("largest output", [](const auto&, const auto&) { return 0.0; }); }, {"added already"});
+    test::check_error<std::invalid_argument>([&] { t.add_metric("", [](const auto&, const auto&) { return 0.0; }); },
+                                             {"needs a name"});
+    test::check_error<std::invalid_argument>([&] { t.add_metric("x", nullptr); }, {"has no function"});
+  }
+}
