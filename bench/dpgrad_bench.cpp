@@ -52,6 +52,9 @@
 #include "engine/per_sample.hpp"
 #include "engine/tape.hpp"
 #include "optim/clipping/clipping.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "onnx/onnx.hpp"
+#endif
 #include "optim/dp_optimizer.hpp"
 #include "optim/sampling/sampler.hpp"
 
@@ -69,7 +72,34 @@ constexpr int kExitError = 4;
 
 // ---------------------------------------------------------------- child side
 
+/// A benchmark model by name, or an ONNX file's ("onnx:PATH").
+std::unique_ptr<ModelT<float>> bench_model(const std::string& name, Rng& init) {
+  if (name.rfind("onnx:", 0) == 0) {
+#if DPGRAD_HAVE_ONNX
+    return onnx::load<float>(name.substr(5));
+#else
+    throw std::invalid_argument("--model " + name + ": this dpgrad was built without ONNX (-Donnx)");
+#endif
+  }
+  return make_model<float>(name, init);
+}
+
 BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t seed) {
+#if DPGRAD_HAVE_ONNX
+  if (model.rfind("onnx:", 0) == 0) {  // synthetic data of the shape the file declares
+    const onnx::InputSpec in = onnx::load<float>(model.substr(5))->input();
+    if (in.tokens) return data::synthetic_tokens(b, in.sample_shape.at(0), kVocabulary, seed);
+    BatchT<float> batch = data::synthetic_images(b, seed);
+    Shape s{b};
+    s.insert(s.end(), in.sample_shape.begin(), in.sample_shape.end());
+    if (shape_of(batch.inputs) != s) {
+      FastRng rng(seed + 1);
+      batch.inputs = ArrayT<float>::from_shape(s);
+      for (auto& v : batch.inputs) v = float(rng.normal());
+    }
+    return batch;
+  }
+#endif
   if (model_reads_tokens(model)) return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
   if (model_reads_scattering(model)) {  // the heads' input: features computed once, before training
     BatchT<float> batch = data::synthetic_images(b, seed);
@@ -129,7 +159,7 @@ int run_child(const Options& o) {
   try {
     if (o.child_as_limit > 0) limit_address_space(o.child_as_limit);
     FastRng init(o.seed);
-    auto model = make_model<float>(model_name, init);
+    auto model = bench_model(model_name, init);
     BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
     Stepper method(*model, o.child_method, o.optimizer, b);
     out["base_rss_kb"] = self_status_kb("VmRSS");
@@ -411,9 +441,12 @@ SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, 
   blk.ref.openblas_gflops = blk.ref.step_gflop / (blk.ref.openblas_ms * 1e-3);
   rep.say("\n{} at batch {}, {}: {} timed steps after {} warm-up (naive: {}), engine threads {}\n", model, b,
           o.optimizer, o.steps, o.warmup, blk.naive_steps, blas::threads());
-  rep.say("  matrix products of the non-private step: {:.3f} GFLOP; the engine's sgemm alone on the same shapes: {:.2f} ms = "
-          "{:.1f} GFLOP/s (plain OpenBLAS with its own threads: {:.2f} ms = {:.1f} GFLOP/s)\n",
-          blk.ref.step_gflop, blk.ref.sgemm_ms, blk.ref.sgemm_gflops, blk.ref.openblas_ms, blk.ref.openblas_gflops);
+  if (gemms.empty())  // an imported model: no reference shapes, no GFLOP/s
+    rep.say("  (an imported model: no reference matrix products)\n");
+  else
+    rep.say("  matrix products of the non-private step: {:.3f} GFLOP; the engine's sgemm alone on the same shapes: {:.2f} ms = "
+            "{:.1f} GFLOP/s (plain OpenBLAS with its own threads: {:.2f} ms = {:.1f} GFLOP/s)\n",
+            blk.ref.step_gflop, blk.ref.sgemm_ms, blk.ref.sgemm_gflops, blk.ref.openblas_ms, blk.ref.openblas_gflops);
   if (o.gemm_detail)
     for (const auto& g : gemms) {
       double s = time_gemms({g}, 0.1);
@@ -480,7 +513,7 @@ SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, 
     blk.rows.push_back(r);
   }
   for (const auto& r : blk.rows)
-    if (r.method == "none" && r.error.empty())
+    if (r.method == "none" && r.error.empty() && !gemms.empty())
       rep.say("  non-private step: {:.1f} GFLOP/s = {} of the engine's sgemm alone on its shapes, timed after each step "
               "(median of the pairwise ratios; {:.0f}% against the reference above), {:.0f}% of plain OpenBLAS ({:.1f}) "
               "(target >= 60%)\n",
@@ -769,7 +802,7 @@ int run_noise_cost(const Options& o) {
   const std::size_t b = o.batches.at(0);
   const std::string method = o.methods.size() == 1 ? o.methods[0] : "ghost";
   FastRng init(o.seed);
-  auto model = make_model<float>(model_name, init);
+  auto model = bench_model(model_name, init);
   BatchT<float> batch = make_batch(model_name, b, o.seed + 10);
   Stepper stepper(*model, method, o.optimizer, b);
   const std::size_t p = model->parameter_count();
@@ -881,6 +914,47 @@ int run_norm_routes(const Options& o) {
   return 0;
 }
 
+/// --paired: two models' steps by one method, interleaved in this process (a
+/// built-in model against its ONNX import, say), so that the load of a shared
+/// machine weighs on both alike: each model's median step and the median of the
+/// pairwise ratios B / A.
+int run_paired(const Options& o) {
+  if (o.models.size() != 2) throw std::invalid_argument("--paired needs two models (--model A,B)");
+  if (o.methods.size() != 1) throw std::invalid_argument("--paired needs one method (--methods M)");
+  check_bench_options(o);
+  if (o.threads > 0) blas::set_threads(o.threads);
+  const std::size_t b = o.batches.at(0);
+  FastRng init_a(o.seed), init_b(o.seed);
+  auto a = bench_model(o.models[0], init_a), c = bench_model(o.models[1], init_b);
+  const BatchT<float> batch_a = make_batch(o.models[0], b, o.seed + 10), batch_c = make_batch(o.models[1], b, o.seed + 10);
+  Stepper sa(*a, o.methods[0], o.optimizer, b), sc(*c, o.methods[0], o.optimizer, b);
+  for (long i = 0; i < o.warmup; ++i) {
+    sa.step_ms(batch_a);
+    sc.step_ms(batch_c);
+  }
+  std::vector<double> ta, tc, ratio;
+  for (long i = 0; i < o.steps; ++i) {
+    ta.push_back(sa.step_ms(batch_a));
+    tc.push_back(sc.step_ms(batch_c));
+    ratio.push_back(tc.back() / ta.back());
+  }
+  const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
+  if (o.json_out) {
+    fmt::print("{}\n", json{{"paired", true}, {"method", o.methods[0]}, {"batch", b}, {"steps", o.steps},
+                            {"model_a", o.models[0]}, {"model_b", o.models[1]}, {"ms_a", median(ta)},
+                            {"ms_b", median(tc)}, {"ratio", median(ratio)}, {"ratio_min", *lo}, {"ratio_max", *hi},
+                            {"threads", blas::threads()}, {"load", load_average()}}
+                           .dump());
+  } else {
+    fmt::print("{} at batch {}, {} steps interleaved after {} warm-up, engine threads {} (load {})\n", o.methods[0], b,
+               o.steps, o.warmup, blas::threads(), load_average());
+    fmt::print("  A {}: {:.2f} ms/step ({} parameters)\n", o.models[0], median(ta), a->parameter_count());
+    fmt::print("  B {}: {:.2f} ms/step ({} parameters)\n", o.models[1], median(tc), c->parameter_count());
+    fmt::print("  B / A: {:.3f} (median of the {} pairs; {:.3f} to {:.3f})\n", median(ratio), ratio.size(), *lo, *hi);
+  }
+  return 0;
+}
+
 int run(Options o, const std::string& command, const std::set<std::string>& given) {
   if (!o.markdown.empty()) require_output_file(o.markdown, "--markdown");  // before any measurement
   auto t0 = std::chrono::steady_clock::now();
@@ -966,6 +1040,14 @@ int main(int argc, char** argv) {
     try {
       check_bench_options(o);
       return finish_standard_output("dpgrad-bench", run_norm_routes(o));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
+      return 2;
+    }
+  }
+  if (parsed.paired) {
+    try {
+      return run_paired(o);
     } catch (const std::exception& e) {
       fmt::print(stderr, "dpgrad-bench: error: {}\n", e.what());
       return 2;

@@ -20,9 +20,9 @@ void require(bool ok, const std::string& msg) {
 void check_bench_options(const Options& o) {
   for (const auto& m : o.models) {
     bool known = m == "cnn26k" || m == "bilstm598k" || m == "cnn17m" || m == "mlp" || m == "transformer" ||
-                 m == "scatter-linear" || m == "scatter-cnn";
+                 m == "scatter-linear" || m == "scatter-cnn" || (m.rfind("onnx:", 0) == 0 && m.size() > 5);
     require(known, "unknown --model '" + m +
-                       "' (cnn26k, bilstm598k, cnn17m, mlp, transformer, scatter-linear, scatter-cnn)");
+                       "' (cnn26k, bilstm598k, cnn17m, mlp, transformer, scatter-linear, scatter-cnn, onnx:PATH)");
   }
   for (const auto& m : o.methods) parse_clip_spec(m);  // throws on an unknown one
   for (auto b : o.batches) require(b >= 1, "--batch must be >= 1");
@@ -46,7 +46,7 @@ Parsed parse_bench_options(int argc, const char* const* argv) {
   Options& o = p.options;
   CLI::App app{"dpgrad-bench: speed and memory of the clipping strategies against non-private training"};
   dpgrad::name_cli_errors(app, "dpgrad-bench");
-  app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp, transformer, scatter-linear, scatter-cnn (comma-separated)")->delimiter(',');
+  app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp, transformer, scatter-linear, scatter-cnn, onnx:PATH (an ONNX file; comma-separated)")->delimiter(',');
   app.add_option("--batch", o.batches, "batch sizes (comma-separated)")->check(whole_number())->delimiter(',')->capture_default_str();
   app.add_option("--methods", o.methods, "none, naive, vanilla, ghost, jl:K, microbatch:M (comma-separated)")
       ->delimiter(',');
@@ -75,6 +75,9 @@ Parsed parse_bench_options(int argc, const char* const* argv) {
   app.add_flag("--norm-routes", p.norm_routes,
                "time the two routes to the per-sample norms of each weight (the Gram of its steps, ghost; and "
                "materialising each sample's gradient) on one recorded batch, against the route picked by shapes");
+  app.add_flag("--paired", p.paired,
+               "two models (--model A,B, e.g. a built-in one and its ONNX import), one method: their steps "
+               "interleaved in one process, A, B, A, B, ..., and the median of the pairwise ratios B / A");
   app.add_option("--child", o.child)->group("");
   app.add_option("--child-method", o.child_method)->group("");
   app.add_option("--child-as-limit", o.child_as_limit)->group("");

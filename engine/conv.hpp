@@ -92,6 +92,14 @@ template <class T>
 TensorT<T> max_pool2d(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
                       std::size_t stride_w);
 
+/// Mean over windows of x (B, H, W, C) zero-padded by `pad` -> (B, Ho, Wo, C),
+/// channel by channel. count_include_pad: divided by kh * kw; else by the
+/// window's elements inside the image. Linear in x: the jvp pools the tangents,
+/// the vjp spreads dout / divisor over each window.
+template <class T>
+TensorT<T> avg_pool2d(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
+                      std::size_t stride_w, Pad2d pad = {}, bool count_include_pad = true);
+
 /// Square window and stride.
 template <class T>
 TensorT<T> max_pool2d(const TensorT<T>& x, std::size_t kernel, std::size_t stride) {

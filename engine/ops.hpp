@@ -47,6 +47,10 @@ template <class T> TensorT<T> pow(const TensorT<T>& x, T p);
 template <class T> TensorT<T> abs(const TensorT<T>& x);
 /// GELU, exactly: x Phi(x), Phi the standard normal CDF.   d = Phi(x) + x phi(x)
 template <class T> TensorT<T> gelu(const TensorT<T>& x);
+/// x for x > 0, slope x otherwise.          d = 1 for x > 0, slope for x <= 0 (kink at 0: slope)
+template <class T> TensorT<T> leaky_relu(const TensorT<T>& x, T slope);
+/// The error function erf(x).                d = 2 / sqrt(pi) e^(-x^2)
+template <class T> TensorT<T> erf(const TensorT<T>& x);
 
 // ---- along one axis (engine/ops/softmax.cpp) ----
 /// exp(x) / sum exp(x) along `axis`, with the maximum subtracted first.
@@ -92,6 +96,10 @@ template <class T> TensorT<T> slice(const TensorT<T>& x, std::size_t axis, std::
 template <class T> TensorT<T> concat(const std::vector<TensorT<T>>& xs, std::size_t axis);
 /// Joins along a new axis (a composite of reshape and concat).
 template <class T> TensorT<T> stack(const std::vector<TensorT<T>>& xs, std::size_t axis);
+/// x with before[i] and after[i] elements of `value` added around axis i.
+///                                           vjp: dout's interior; jvp: the tangents padded with 0
+template <class T>
+TensorT<T> pad(const TensorT<T>& x, std::vector<std::size_t> before, std::vector<std::size_t> after, T value = T(0));
 
 // ---- fused layers (engine/ops/attention.cpp, engine/ops/layer_norm.cpp; docs/fused-ops.md) ----
 /// Multi-head scaled dot-product attention, one op: q (B, Lq, H dk), k (B, Lk, H dk),

@@ -52,7 +52,8 @@ const PerSampleRule<T>& rule_for(UseKind kind) {
 template <class T>
 void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batch) {
   const Samples& s = u.samples;
-  if (s.on_axis(0) && (batch == 0 ? s.count == 0 : s.count % batch == 0)) return;
+  if (s.blocks_on(0) && (batch == 0 ? s.count == 0 : s.count % batch == 0)) return;
+  if (batch == 1 && s.kind == Samples::Kind::axis && s.count == 1) return;  // one sample owns every row
   std::string what;
   switch (s.kind) {
     case Samples::Kind::none:
@@ -66,9 +67,11 @@ void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batc
       what = "that holds a subset of the samples (sliced along its per-sample axis " + std::to_string(s.axis) + ")";
       break;
     case Samples::Kind::axis:
-      what = s.axis != 0 ? "whose per-sample axis is " + std::to_string(s.axis) + ", not 0"
-                         : "whose per-sample axis holds " + std::to_string(s.count) + " samples, not the batch's " +
-                               std::to_string(batch);
+      what = s.axis != 0  ? "whose per-sample axis is " + std::to_string(s.axis) + ", not 0"
+             : s.outer > 1 ? "whose samples are interleaved along axis 0 (" + std::to_string(s.outer) +
+                                 " runs of them), not in consecutive blocks"
+                           : "whose per-sample axis holds " + std::to_string(s.count) + " samples, not the batch's " +
+                                 std::to_string(batch);
       break;
   }
   throw std::invalid_argument("parameter '" + g.param->name + "' is used by " + u.op + " on an input " + what +
@@ -213,7 +216,7 @@ NormMethod cheaper_norm_method(const ParamUses<T>& g) {
 template <class T>
 void check_per_sample_losses(const TensorT<T>& losses, std::size_t batch) {
   const Samples& s = losses.samples();
-  if (losses.dim() >= 1 && losses.shape()[0] == batch && (batch == 0 || (s.on_axis(0) && s.count == batch))) return;
+  if (losses.dim() >= 1 && losses.shape()[0] == batch && (batch == 0 || (s.blocks_on(0) && s.count == batch))) return;
   throw std::invalid_argument("per-sample losses of shape " + shape_str(losses.shape()) + " carry " + s.str() +
                               ", not one loss for each of the batch's " + std::to_string(batch) +
                               " samples: the model mixes samples (statistics over the batch, as batch normalisation takes: "

@@ -11,7 +11,9 @@ namespace dpgrad {
 std::string Samples::str() const {
   switch (kind) {
     case Kind::none: return "no samples";
-    case Kind::axis: return "per-sample axis " + std::to_string(axis) + " (" + std::to_string(count) + " samples)";
+    case Kind::axis:
+      return "per-sample axis " + std::to_string(axis) + " (" + std::to_string(count) + " samples" +
+             (outer > 1 ? ", interleaved: " + std::to_string(outer) + " runs of them" : std::string()) + ")";
     case Kind::mixed: return "mixed samples";
     case Kind::subset: return "a subset of the samples on axis " + std::to_string(axis);
   }
@@ -29,16 +31,20 @@ std::size_t product(const Shape& s, std::size_t begin, std::size_t end) {
 /// Two tensors' samples on the same axes of one output, whose axis
 /// `a.axis` has `extent` elements: both per-sample there in blocks that a
 /// common coarser blocking covers (views of one example are one block), or
-/// one of them holds no samples.
+/// one of them holds no samples. Interleaved layouts must repeat alike.
 Samples agree(const Samples& a, const Samples& b, std::size_t extent) {
   if (a.is_none()) return b;
   if (b.is_none()) return a;
-  if (a.kind != Samples::Kind::axis || b.kind != Samples::Kind::axis || a.axis != b.axis) return Samples::mixed();
+  if (a.kind == Samples::Kind::axis && b.kind == Samples::Kind::axis && a.count == 1 && b.count == 1)
+    return Samples::at(std::min(a.axis, b.axis), 1);  // one sample owns everything, whichever axis it is said to lie on
+  if (a.kind != Samples::Kind::axis || b.kind != Samples::Kind::axis || a.axis != b.axis || a.outer != b.outer)
+    return Samples::mixed();
   if (a.count == b.count) return a;
-  if (a.count == 0 || b.count == 0 || extent == 0) return Samples::mixed();
-  const std::size_t block = std::lcm(extent / a.count, extent / b.count);
-  if (extent % block != 0) return Samples::mixed();
-  return Samples::at(a.axis, extent / block);
+  const std::size_t period = extent / a.outer;  // one run of blocks
+  if (a.count == 0 || b.count == 0 || period == 0) return Samples::mixed();
+  const std::size_t block = std::lcm(period / a.count, period / b.count);
+  if (period % block != 0) return Samples::mixed();
+  return Samples::interleaved(a.axis, period / block, a.outer);
 }
 
 }  // namespace
@@ -68,6 +74,11 @@ Samples samples_rowwise(std::span<const Samples> in, std::span<const Shape> shap
   Samples r;
   for (std::size_t i = 0; i < in.size(); ++i) {
     if (in[i].is_none()) continue;
+    if (in[i].kind == Samples::Kind::axis && in[i].count == 1 && !shapes[i].empty()) {  // one sample: its rows are its own
+      r = agree(r, Samples::at(0, 1), shapes[i][0]);
+      if (r.kind == Samples::Kind::mixed) return r;
+      continue;
+    }
     if (!in[i].on_axis(0) || shapes[i].empty()) return Samples::mixed();
     if (!r.is_none() && shapes[i][0] != shapes[0][0]) return Samples::mixed();
     r = agree(r, in[i], shapes[i][0]);
@@ -82,8 +93,12 @@ Samples samples_unknown(std::span<const Samples> in) {
   return Samples::none();
 }
 
-Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, bool keepdims) {
+Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, bool keepdims, std::size_t rank) {
   if (x.is_none() || x.kind == Samples::Kind::mixed) return x;
+  if (x.kind == Samples::Kind::axis && x.count == 1) {  // a batch of one: nothing to mix
+    const std::size_t out = keepdims ? rank : rank - std::min(rank, axes.size());
+    return out > 0 ? Samples::at(0, 1) : Samples::mixed();
+  }
   if (std::find(axes.begin(), axes.end(), x.axis) != axes.end()) return Samples::mixed();
   Samples r = x;
   if (!keepdims) r.axis -= std::size_t(std::count_if(axes.begin(), axes.end(), [&](std::size_t a) { return a < x.axis; }));
@@ -100,24 +115,46 @@ Samples samples_reshaped(const Samples& x, const Shape& from, const Shape& to) {
     return Samples::mixed();
   }
   if (numel(from) == 0 || x.count == 0) return Samples::mixed();
-  // Row-major: the elements of axes a.. of `from` form contiguous runs,
-  // repeated `outer` times; sample k owns the k-th of `count` equal pieces of
-  // each run. An output axis b with the same elements before it (same outer)
-  // cuts each run into to[b] slabs; the samples stay blocks along b when a
-  // sample's piece is whole slabs (count divides to[b]). Otherwise the finest
-  // blocks along b that are whole slabs and whole samples, gcd(count, to[b])
-  // of them, still each hold whole samples: (R) rows of R = B * views to
-  // (B, views) are B blocks, one per example. The rules accept a blocking only
-  // when it is the batch's.
-  const std::size_t outer = product(from, 0, a);
-  Samples best = Samples::mixed();
-  for (std::size_t b = 0; b < to.size(); ++b) {
-    if (product(to, 0, b) != outer || to[b] == 0) continue;
-    const std::size_t count = std::gcd(x.count, to[b]);
-    if (count == x.count) return Samples::at(b, count);
-    if (best.kind == Samples::Kind::mixed || count > best.count) best = Samples::at(b, count);
+  if (x.count == 1) return to.empty() ? Samples::mixed() : Samples::at(0, 1);  // one sample owns everything
+  // Row-major order is what a reshape keeps. In the flat index f of an element,
+  // its sample is one mixed-radix digit: s = (f / R) % count, with R the
+  // elements of one sample's block along axis a times everything after a. That
+  // holds however the run of blocks repeats (outer). An output axis b, with pb
+  // elements after it, holds the digit whole when pb divides R and R count
+  // divides pb to[b]: the samples are then blocks of R / pb along b, repeated
+  // to[b] pb / (R count) times. When no axis holds the digit whole, m
+  // consecutive samples taken together (a coarser digit of radix R m) may fit:
+  // (R) rows of R = B * views to (B, views) are B blocks, one per example. The
+  // rules accept a blocking only when it is the batch's.
+  const std::size_t inner = from[a] / (x.outer * x.count);
+  const std::size_t radix = inner * product(from, a + 1, from.size());
+  for (std::size_t m = 1; m <= x.count; ++m) {
+    if (x.count % m != 0) continue;
+    const std::size_t count = x.count / m, r = radix * m;
+    for (std::size_t b = 0; b < to.size(); ++b) {
+      const std::size_t pb = product(to, b + 1, to.size());
+      if (to[b] == 0 || r % pb != 0 || (pb * to[b]) % (r * count) != 0) continue;
+      return Samples::interleaved(b, count, to[b] / ((r / pb) * count));
+    }
   }
-  return best;
+  return Samples::mixed();
+}
+
+SamplesToFront samples_to_front(const Samples& s, const Shape& shape) {
+  SamplesToFront r;
+  const std::size_t a = s.axis;
+  const std::size_t block = s.count == 0 ? 0 : shape[a] / (s.outer * s.count);
+  r.split.assign(shape.begin(), shape.begin() + std::ptrdiff_t(a));
+  r.split.insert(r.split.end(), {s.outer, s.count, block});
+  r.split.insert(r.split.end(), shape.begin() + std::ptrdiff_t(a) + 1, shape.end());
+  r.perm.push_back(a + 1);
+  for (std::size_t i = 0; i < r.split.size(); ++i)
+    if (i != a + 1) r.perm.push_back(i);
+  for (auto p : r.perm) r.moved.push_back(r.split[p]);
+  // nothing before the count axis but axes of length 1: already in front
+  r.identity = true;
+  for (std::size_t i = 0; i <= a; ++i) r.identity = r.identity && r.split[i] == 1;
+  return r;
 }
 
 Samples samples_transposed(const Samples& x, const std::vector<std::size_t>& perm) {
@@ -133,11 +170,17 @@ Samples samples_transposed(const Samples& x, const std::vector<std::size_t>& per
 
 Samples samples_sliced(const Samples& x, const Shape& from, std::size_t axis, std::size_t begin, std::size_t end) {
   if (x.kind != Samples::Kind::axis || x.axis != axis) return x;
-  if (begin == 0 && end == from[axis]) return x;
+  if ((begin == 0 && end == from[axis]) || x.count == 1) return x;
   return Samples::subset(axis);
 }
 
 Samples samples_concatenated(std::span<const Samples> in, std::span<const Shape> shapes, std::size_t axis) {
+  // parts of one sample joined: still that sample's
+  const bool single = std::all_of(in.begin(), in.end(), [](const Samples& s) {
+    return s.is_none() || (s.kind == Samples::Kind::axis && s.count == 1);
+  });
+  if (single && std::any_of(in.begin(), in.end(), [](const Samples& s) { return !s.is_none(); }))
+    return shapes.empty() || shapes[0].empty() ? Samples::mixed() : Samples::at(0, 1);
   Samples r;
   for (std::size_t i = 0; i < in.size(); ++i) {
     const Samples& s = in[i];

@@ -17,25 +17,49 @@ namespace dpgrad {
 /// none: holds no sample's data (a constant, a parameter). axis: along `axis`,
 /// `count` consecutive blocks of equal length hold sample 0, 1, ... in order
 /// (an example's views are one block) and each element depends on its own
-/// sample only. mixed: some element depends on several samples, or the
-/// samples are laid out otherwise. subset: a slice along the per-sample axis,
-/// whose blocks no longer line up with the batch's samples.
+/// sample only; with `outer` > 1 that run of blocks repeats `outer` times along
+/// the axis: the axis has merged an outer axis with the samples' (a reshape of
+/// (L, B, d) to (L B, d), the batch inner). mixed: some element depends on
+/// several samples, or the samples are laid out otherwise. subset: a slice
+/// along the per-sample axis, whose blocks no longer line up with the batch's
+/// samples.
 struct Samples {
   enum class Kind : std::uint8_t { none, axis, mixed, subset };
   Kind kind = Kind::none;
   std::size_t axis = 0;
   std::size_t count = 0;
+  std::size_t outer = 1;  // axis: repeats of the run of `count` blocks (1: the blocks are the whole axis)
 
   static Samples none() { return {}; }
-  static Samples at(std::size_t axis, std::size_t count) { return {Kind::axis, axis, count}; }
-  static Samples mixed() { return {Kind::mixed, 0, 0}; }
-  static Samples subset(std::size_t axis) { return {Kind::subset, axis, 0}; }
+  static Samples at(std::size_t axis, std::size_t count) { return {Kind::axis, axis, count, 1}; }
+  /// Along `axis`, `outer` repeats of `count` consecutive blocks: (outer, count, block).
+  static Samples interleaved(std::size_t axis, std::size_t count, std::size_t outer) {
+    return {Kind::axis, axis, count, outer == 0 ? 1 : outer};
+  }
+  static Samples mixed() { return {Kind::mixed, 0, 0, 1}; }
+  static Samples subset(std::size_t axis) { return {Kind::subset, axis, 0, 1}; }
   bool is_none() const { return kind == Kind::none; }
+  /// The samples lie along axis a (in blocks, or interleaved with an outer axis).
   bool on_axis(std::size_t a) const { return kind == Kind::axis && axis == a; }
+  /// The samples are consecutive blocks of axis a, the layout the per-sample rules read.
+  bool blocks_on(std::size_t a) const { return on_axis(a) && outer == 1; }
   bool operator==(const Samples&) const = default;
   /// "per-sample axis 1 (2 samples)", "mixed", ...
   std::string str() const;
 };
+
+/// How to bring a tensor's samples to the front: its shape with the per-sample
+/// axis split into (outer, count, block), and the permutation that puts the
+/// count axis first, the others in order. The result, made contiguous, holds
+/// sample i's elements in block i of axis 0 (the layout of Samples::at(0, count)).
+struct SamplesToFront {
+  Shape split;                    // the shape with the per-sample axis split in three
+  std::vector<std::size_t> perm;  // count axis first
+  Shape moved;                    // (count, ...the other axes of split, in order)
+  bool identity = true;           // already in front, in blocks: nothing to move
+};
+/// For a tensor of `shape` whose samples are `s` (kind axis).
+SamplesToFront samples_to_front(const Samples& s, const Shape& shape);
 
 // Propagation rules, each from the inputs' Samples and shapes to the output's.
 
@@ -50,8 +74,9 @@ Samples samples_rowwise(std::span<const Samples> in, std::span<const Shape> shap
 /// The default for an op that declares no rule: none if no input holds
 /// samples, else mixed (never silently per-sample).
 Samples samples_unknown(std::span<const Samples> in);
-/// Sum or mean over `axes` (sorted, unique): over the per-sample axis mixes.
-Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, bool keepdims);
+/// Sum or mean over `axes` (sorted, unique) of a tensor of `rank` axes: over
+/// the per-sample axis mixes (unless there is one sample).
+Samples samples_reduced(const Samples& x, const std::vector<std::size_t>& axes, bool keepdims, std::size_t rank);
 /// Row-major reshape of `from` to `to`: exact (the samples stay blocks along
 /// one output axis, or the result is mixed).
 Samples samples_reshaped(const Samples& x, const Shape& from, const Shape& to);

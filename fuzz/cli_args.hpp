@@ -39,7 +39,7 @@ struct Argv {
   void require_no_empty_number() const {
     const auto& numeric = numeric_options_seen();
     auto is_numeric = [&](const std::string& name) {
-      return std::find(numeric.begin(), numeric.end(), name) != numeric.end();
+      return !name.empty() && std::find(numeric.begin(), numeric.end(), name) != numeric.end();
     };
     for (std::size_t i = 1; i < words.size(); ++i) {
       const std::string& w = words[i];

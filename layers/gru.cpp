@@ -58,7 +58,7 @@ GruOutputT<T> gru_sequence(const TensorT<T>& x, const TensorT<T>& w_ih, const Te
   // Its rows are the samples' own states: laid out like x's samples, so that
   // the per-sample rules accept that use (docs/per-sample.md).
   const Samples& xs_samples = x.samples();
-  TensorT<T> h = xs_samples.on_axis(0) ? per_sample_input<T>(xt::zeros<T>({B, H}), 0, xs_samples.count)
+  TensorT<T> h = xs_samples.blocks_on(0) ? per_sample_input<T>(xt::zeros<T>({B, H}), 0, xs_samples.count)
                                        : constant<T>(xt::zeros<T>({B, H}));  // (B, H)
   for (std::size_t s = 0; s < steps; ++s) {
     const std::size_t t = reverse ? steps - 1 - s : s;

@@ -309,7 +309,9 @@ std::unique_ptr<ModelT<T>> build_model(const std::string& name, const ModelSpec&
   const ModelEntry& m = find_model(name);
   if (!m.takes_vocabulary && spec.vocabulary != 8185)
     throw std::invalid_argument("vocabulary " + std::to_string(spec.vocabulary) + ": " + name +
-                                " has an embedding of 8185 rows; only the transformer takes another size");
+                                (m.input == ModelInput::tokens ? " has an embedding of 8185 rows"
+                                                               : " reads no tokens") +
+                                "; only the transformer takes another size");
   if (!m.takes_frozen_embedding && !spec.train_embedding)
     throw std::invalid_argument("a frozen embedding applies to the transformer, not " + name);
   if (!m.takes_centre && spec.centred)

@@ -329,6 +329,20 @@ std::vector<GradientEnergy> DPOptimizerT<T>::gradient_energy() const {
 }
 
 template <class T>
+std::vector<GradientEnergy> DPOptimizerT<T>::gradient_energy_by_layer() const {
+  std::vector<GradientEnergy> layers;
+  for (const auto& e : gradient_energy()) {
+    const std::string layer = e.name.substr(0, e.name.rfind('.'));
+    auto it = std::find_if(layers.begin(), layers.end(), [&](const GradientEnergy& l) { return l.name == layer; });
+    if (it == layers.end()) it = layers.insert(layers.end(), GradientEnergy{layer});
+    it->size += e.size;
+    it->noised += e.noised;
+    it->noise += e.noise;
+  }
+  return layers;
+}
+
+template <class T>
 void DPOptimizerT<T>::reset_gradient_energy() {
   std::fill(energy_.begin(), energy_.end(), 0.0);
   energy_steps_ = 0;

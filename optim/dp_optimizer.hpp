@@ -128,6 +128,8 @@ class DPOptimizerT {
   /// released gradients only: no privacy cost. Guides per-layer learning
   /// rates (OptimizerT::set_lr_scale): layers with a high ratio can move faster.
   std::vector<GradientEnergy> gradient_energy() const;
+  /// The same per layer (a parameter's name up to its last '.'), in the layers' order.
+  std::vector<GradientEnergy> gradient_energy_by_layer() const;
   void reset_gradient_energy();
 
  private:

@@ -199,6 +199,28 @@ double cosine_lr(double start, double end, long step, long total) {
   return end + (start - end) * 0.5 * (1 + std::cos(M_PI * double(step) / double(total)));
 }
 
+std::vector<std::pair<std::string, double>> parse_lr_scales(const std::string& spec) {
+  std::vector<std::pair<std::string, double>> out;
+  for (std::size_t pos = 0; pos < spec.size();) {
+    const std::size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    const std::size_t eq = item.find('=');
+    require(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), "learning-rate scale '" + item +
+                                                                           "' is not LAYER=FACTOR");
+    const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    for (const auto& [seen, f] : out) require(seen != name, "learning-rate scale: '" + name + "' is given twice");
+    const bool decimal = value.find_first_not_of("0123456789.eE+-") == std::string::npos &&
+                         value.find_first_of("0123456789") != std::string::npos;
+    char* rest = nullptr;
+    const double factor = decimal ? std::strtod(value.c_str(), &rest) : NAN;
+    require(decimal && rest && *rest == '\0' && std::isfinite(factor) && factor >= 0,
+            "learning-rate scale: the factor of '" + name + "' must be a decimal number >= 0, got '" + value + "'");
+    out.emplace_back(name, factor);
+    pos = end + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> optimizer_names() { return {"sgd", "momentum", "adam", "adambc"}; }
 
 double default_lr(const std::string& name) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,12 @@ class AdamT final : public OptimizerT<T> {
   double noise_variance_ = 0, floor_ = 0;
   std::vector<ArrayT<T>> m_, v_;
 };
+
+/// Per-layer learning-rate factors from their text, "LAYER=FACTOR,..." (a layer's
+/// name, or one parameter's such as conv1.bias; factors decimal numbers >= 0), in
+/// order; OptimizerT::set_lr_scale applies each. Throws std::invalid_argument
+/// naming a bad or repeated item.
+std::vector<std::pair<std::string, double>> parse_lr_scales(const std::string& spec);
 
 /// A base optimizer by name: "sgd", "momentum", "adam", or "adambc" (Adam whose
 /// second moment a DP run corrects for its noise: AdamT::correct_noise).

@@ -129,7 +129,9 @@ inline void apply_number_rules(CLI::App& app) {
     } else {
       continue;
     }
-    numeric_options_seen().push_back(opt->get_name());
+    // every name the option answers to (get_name() is empty for a hidden option)
+    for (const std::string& name : opt->get_lnames()) numeric_options_seen().push_back("--" + name);
+    for (const std::string& name : opt->get_snames()) numeric_options_seen().push_back("-" + name);
   }
 }
 
@@ -150,7 +152,7 @@ inline std::optional<int> parse_arguments(CLI::App& app, int argc, const char* c
       const std::string value = eq == std::string::npos ? argv[i + 1] : word.substr(eq + 1);
       const char d = opt->get_delimiter();
       if (value.empty() || value.front() == d || value.back() == d || value.find(std::string(2, d)) != std::string::npos)
-        throw CLI::ValidationError(opt->get_name(), "an empty value in the list '" + value +
+        throw CLI::ValidationError(word.substr(0, eq), "an empty value in the list '" + value +
                                                         "' (items separated by single '" + std::string(1, d) + "')");
     }
     app.parse(argc, argv);

@@ -1,6 +1,6 @@
 // Elementwise primitives: broadcasting binary ops (add, sub, mul, div) and unary
-// maps (scale, add_scalar, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, pow, abs,
-// gelu), each with primal, vjp and jvp. The kinds differ only in scalar rules;
+// maps (scale, add_scalar, relu, leaky_relu, tanh, sigmoid, exp, log, sqrt,
+// rsqrt, pow, abs, gelu, erf), each with primal, vjp and jvp. The kinds differ only in scalar rules;
 // the broadcasting machinery is instantiated once per scalar type, which keeps
 // compile time low.
 #include <algorithm>
@@ -231,7 +231,7 @@ struct BinaryOp final : Op<T> {
   }
 };
 
-enum class Unary { scale, shift, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, pow, abs, gelu };
+enum class Unary { scale, shift, relu, leaky_relu, tanh, sigmoid, exp, log, sqrt, rsqrt, pow, abs, gelu, erf };
 
 const char* unary_name(Unary k) {
   switch (k) {
@@ -247,6 +247,8 @@ const char* unary_name(Unary k) {
     case Unary::pow: return "pow";
     case Unary::abs: return "abs";
     case Unary::gelu: return "gelu";
+    case Unary::leaky_relu: return "leaky_relu";
+    case Unary::erf: return "erf";
   }
   return "?";
 }
@@ -287,7 +289,7 @@ void gelu_kernel(const T* __restrict a, T* __restrict out, std::size_t n) {
 template <class T>
 struct UnaryOp final : Op<T> {
   Unary kind;
-  T c = T(1);  // scale's factor, add_scalar's term, pow's exponent
+  T c = T(1);  // scale's factor, add_scalar's term, pow's exponent, leaky_relu's slope
   explicit UnaryOp(Unary k) : kind(k) {}
   const char* name() const override { return unary_name(kind); }
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override { return in[0]; }
@@ -307,6 +309,8 @@ struct UnaryOp final : Op<T> {
       case Unary::pow: for (std::size_t i = 0; i < n; ++i) out[i] = std::pow(a[i], c); return;
       case Unary::abs: for (std::size_t i = 0; i < n; ++i) out[i] = std::abs(a[i]); return;
       case Unary::gelu: gelu_kernel<false>(a, out, n); return;
+      case Unary::leaky_relu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] > T(0) ? a[i] : c * a[i]; return;
+      case Unary::erf: for (std::size_t i = 0; i < n; ++i) out[i] = std::erf(a[i]); return;
     }
   }
   /// d[0, n) = f'(x) elementwise, from the input a and the output o.
@@ -326,6 +330,12 @@ struct UnaryOp final : Op<T> {
         break;
       case Unary::abs: for (std::size_t i = 0; i < n; ++i) d[i] = a[i] > T(0) ? T(1) : a[i] < T(0) ? T(-1) : T(0); break;
       case Unary::gelu: gelu_kernel<true>(a, d, n); break;  // Phi(x) + x phi(x)
+      case Unary::leaky_relu: for (std::size_t i = 0; i < n; ++i) d[i] = a[i] > T(0) ? T(1) : c; break;
+      case Unary::erf: {  // 2 / sqrt(pi) e^(-x^2)
+        const T two_over_sqrt_pi = T(std::numbers::inv_sqrtpi * 2);
+        for (std::size_t i = 0; i < n; ++i) d[i] = two_over_sqrt_pi * std::exp(-a[i] * a[i]);
+        break;
+      }
     }
   }
   /// Calls f(i0, f'(x) on [i0, i0 + len), len) block by block, blocks in parallel.
@@ -414,6 +424,8 @@ template <class T> TensorT<T> rsqrt(const TensorT<T>& x) { return unary(Unary::r
 template <class T> TensorT<T> pow(const TensorT<T>& x, T p) { return unary(Unary::pow, x, p); }
 template <class T> TensorT<T> abs(const TensorT<T>& x) { return unary(Unary::abs, x); }
 template <class T> TensorT<T> gelu(const TensorT<T>& x) { return unary(Unary::gelu, x); }
+template <class T> TensorT<T> leaky_relu(const TensorT<T>& x, T slope) { return unary(Unary::leaky_relu, x, slope); }
+template <class T> TensorT<T> erf(const TensorT<T>& x) { return unary(Unary::erf, x); }
 
 #define DPGRAD_INSTANTIATE(T)                                               \
   template TensorT<T> add(const TensorT<T>&, const TensorT<T>&);           \
@@ -431,7 +443,9 @@ template <class T> TensorT<T> gelu(const TensorT<T>& x) { return unary(Unary::ge
   template TensorT<T> rsqrt(const TensorT<T>&);                            \
   template TensorT<T> pow(const TensorT<T>&, T);                           \
   template TensorT<T> abs(const TensorT<T>&);                              \
-  template TensorT<T> gelu(const TensorT<T>&);
+  template TensorT<T> gelu(const TensorT<T>&);                             \
+  template TensorT<T> leaky_relu(const TensorT<T>&, T);                    \
+  template TensorT<T> erf(const TensorT<T>&);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)
 

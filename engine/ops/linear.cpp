@@ -26,7 +26,8 @@ struct LinearOp final : Op<T> {
   Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
     for (std::size_t i = 1; i < in.size(); ++i)
       if (!in[i].is_none()) return Samples::mixed();
-    if (in[0].kind != Samples::Kind::none && in[0].kind != Samples::Kind::mixed && in[0].axis + 1 == x[0]->dimension())
+    if (in[0].kind != Samples::Kind::none && in[0].kind != Samples::Kind::mixed && in[0].axis + 1 == x[0]->dimension() &&
+        in[0].count != 1)
       return Samples::mixed();
     return in[0];
   }

@@ -1,7 +1,8 @@
-// max_pool2d over 'valid' windows of channels-last images. The forward pass
-// keeps each output's argmax (its element's index in the window, 2 bytes); the
-// vjp scatters dout there and the jvp gathers the tangents from there.
-// Ties: the first maximum (row-major in the window) wins.
+// Pooling of channels-last images. max_pool2d over 'valid' windows: the forward
+// pass keeps each output's argmax (its element's index in the window, 2 bytes);
+// the vjp scatters dout there and the jvp gathers the tangents from there.
+// Ties: the first maximum (row-major in the window) wins. avg_pool2d over
+// zero-padded windows: linear, so its jvp is itself and its vjp spreads dout back.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -140,7 +141,127 @@ struct MaxPoolOp final : Op<T> {
   }
 };
 
+/// Average pooling's geometry: windows over the zero-padded image, and each
+/// output position's divisor.
+struct AvgGeom {
+  std::size_t h = 0, w = 0, c = 0, kh = 0, kw = 0, sh = 0, sw = 0, ho = 0, wo = 0;
+  Pad2d pad;
+  std::vector<double> inv_count;  // (Ho * Wo): 1 / the window's divisor
+  /// The window of output (oy, ox) clipped to the image: rows [y0, y1), columns [x0, x1).
+  void window(std::size_t oy, std::size_t ox, std::size_t& y0, std::size_t& y1, std::size_t& x0, std::size_t& x1) const {
+    const std::ptrdiff_t ty = std::ptrdiff_t(oy * sh) - std::ptrdiff_t(pad.top);
+    const std::ptrdiff_t tx = std::ptrdiff_t(ox * sw) - std::ptrdiff_t(pad.left);
+    y0 = std::size_t(std::max<std::ptrdiff_t>(ty, 0));
+    y1 = std::size_t(std::clamp<std::ptrdiff_t>(ty + std::ptrdiff_t(kh), 0, std::ptrdiff_t(h)));
+    x0 = std::size_t(std::max<std::ptrdiff_t>(tx, 0));
+    x1 = std::size_t(std::clamp<std::ptrdiff_t>(tx + std::ptrdiff_t(kw), 0, std::ptrdiff_t(w)));
+    y1 = std::max(y1, y0);
+    x1 = std::max(x1, x0);
+  }
+};
+
+/// out (n, Ho, Wo, C) = the window means of x (n, H, W, C); Back: the adjoint,
+/// x += dout spread over the windows (x and out swap roles).
+template <bool Back, class T>
+void avg_pool_kernel(const AvgGeom& g, std::size_t n, const T* in, T* out) {
+  const std::size_t per_image = g.ho * g.wo * g.c;
+  parallel::for_range(n, std::max<std::size_t>(1, (std::size_t(1) << 14) / std::max<std::size_t>(1, per_image)),
+                      [&](std::size_t n0, std::size_t n1) {
+    for (std::size_t b = n0; b < n1; ++b)
+      for (std::size_t oy = 0; oy < g.ho; ++oy)
+        for (std::size_t ox = 0; ox < g.wo; ++ox) {
+          std::size_t y0, y1, x0, x1;
+          g.window(oy, ox, y0, y1, x0, x1);
+          const T f = T(g.inv_count[oy * g.wo + ox]);
+          if constexpr (!Back) {
+            T* __restrict o = out + ((b * g.ho + oy) * g.wo + ox) * g.c;
+            std::fill_n(o, g.c, T(0));
+            for (std::size_t y = y0; y < y1; ++y)
+              for (std::size_t x = x0; x < x1; ++x) {
+                const T* __restrict v = in + ((b * g.h + y) * g.w + x) * g.c;
+                for (std::size_t l = 0; l < g.c; ++l) o[l] += v[l];
+              }
+            for (std::size_t l = 0; l < g.c; ++l) o[l] *= f;
+          } else {  // in: dout (n, Ho, Wo, C); out: dx (n, H, W, C)
+            const T* __restrict u = in + ((b * g.ho + oy) * g.wo + ox) * g.c;
+            for (std::size_t y = y0; y < y1; ++y)
+              for (std::size_t x = x0; x < x1; ++x) {
+                T* __restrict d = out + ((b * g.h + y) * g.w + x) * g.c;
+                for (std::size_t l = 0; l < g.c; ++l) d[l] += f * u[l];
+              }
+          }
+        }
+  });
+}
+
+template <class T>
+struct AvgPoolOp final : Op<T> {
+  std::size_t kh = 0, kw = 0, sh = 0, sw = 0;
+  Pad2d pad;
+  bool count_include_pad = true;
+  AvgGeom g;
+  const char* name() const override { return "avg_pool2d"; }
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return detail::rows_of_first(in, x);
+  }
+  ArrayT<T> forward(Values<T> xv) override {
+    const Shape xs = shape_of(*xv[0]);
+    if (xs.size() != 4) throw std::invalid_argument("avg_pool2d: x must be (B, H, W, C), got " + shape_str(xs));
+    if (pad.top >= kh || pad.bottom >= kh || pad.left >= kw || pad.right >= kw)
+      throw std::invalid_argument("avg_pool2d: padding must be smaller than the " + std::to_string(kh) + "x" +
+                                  std::to_string(kw) + " window");
+    g = AvgGeom{xs[1], xs[2], xs[3], kh, kw, sh, sw, 0, 0, pad, {}};
+    g.ho = window_output_size(g.h, kh, sh, pad.top, pad.bottom);
+    g.wo = window_output_size(g.w, kw, sw, pad.left, pad.right);
+    g.inv_count.resize(g.ho * g.wo);
+    for (std::size_t oy = 0; oy < g.ho; ++oy)
+      for (std::size_t ox = 0; ox < g.wo; ++ox) {
+        std::size_t y0, y1, x0, x1;
+        g.window(oy, ox, y0, y1, x0, x1);
+        const std::size_t n = count_include_pad ? kh * kw : (y1 - y0) * (x1 - x0);
+        g.inv_count[oy * g.wo + ox] = n == 0 ? 0.0 : 1.0 / double(n);
+      }
+    ArrayT<T> out = ArrayT<T>::from_shape({xs[0], g.ho, g.wo, g.c});
+    avg_pool_kernel<false>(g, xs[0], xv[0]->data(), out.data());
+    return out;
+  }
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
+    if (!dx[0]) return;
+    bool fresh;
+    ArrayT<T>& gx = dx[0].buffer(fresh);
+    if (fresh) gx.fill(T(0));
+    avg_pool_kernel<true>(g, x[0]->shape()[0], dout.data(), gx.data());
+  }
+  ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
+    ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(k, shape_of(out)));
+    avg_pool_kernel<false>(g, k * x[0]->shape()[0], dot[0]->data(), r.data());
+    return r;
+  }
+};
+
 }  // namespace
+
+template <class T>
+TensorT<T> avg_pool2d(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,
+                      std::size_t stride_w, Pad2d pad, bool count_include_pad) {
+  if (kernel_h == 0 || kernel_w == 0 || stride_h == 0 || stride_w == 0)
+    throw std::invalid_argument("avg_pool2d: kernel " + std::to_string(kernel_h) + "x" + std::to_string(kernel_w) +
+                                " and stride " + std::to_string(stride_h) + "x" + std::to_string(stride_w) +
+                                " must be positive");
+  auto op = std::make_unique<AvgPoolOp<T>>();
+  op->kh = kernel_h;
+  op->kw = kernel_w;
+  op->sh = stride_h;
+  op->sw = stride_w;
+  op->pad = pad;
+  op->count_include_pad = count_include_pad;
+  return apply<T>(std::move(op), {x});
+}
+
+template TensorT<float> avg_pool2d(const TensorT<float>&, std::size_t, std::size_t, std::size_t, std::size_t, Pad2d,
+                                   bool);
+template TensorT<double> avg_pool2d(const TensorT<double>&, std::size_t, std::size_t, std::size_t, std::size_t, Pad2d,
+                                    bool);
 
 template <class T>
 TensorT<T> max_pool2d(const TensorT<T>& x, std::size_t kernel_h, std::size_t kernel_w, std::size_t stride_h,

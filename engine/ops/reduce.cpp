@@ -13,8 +13,8 @@ struct SumOp final : Op<T> {
   bool keepdims = false;
   Shape kept;                     // the output shape with the summed axes kept as 1
   const char* name() const override { return "sum"; }
-  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
-    return samples_reduced(in[0], axes, keepdims);
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return samples_reduced(in[0], axes, keepdims, x[0]->dimension());
   }
 
   void resolve(const Shape& xs) {

@@ -1,4 +1,4 @@
-// Shape primitives: reshape, transpose, slice and concat (stack is a composite).
+// Shape primitives: reshape, transpose, slice, concat and pad (stack is a composite).
 // All are linear, so each jvp applies the op itself to the tangents (shifted by
 // the leading k axis) and each vjp applies its adjoint.
 #include "engine/ops.hpp"
@@ -163,7 +163,115 @@ struct ConcatOp final : Op<T> {
   }
 };
 
+/// dst[i + offset] = src[i] for every index i of src (shape `from`), dst of shape
+/// `to` (every axis at least as long as from's plus the offset): the interior
+/// of a padded array, copied one innermost run at a time. Add: += instead.
+template <bool Add, class T>
+void copy_into(const T* src, const Shape& from, T* dst, const Shape& to, const std::vector<std::size_t>& offset) {
+  const std::size_t nd = from.size();
+  if (numel(from) == 0) return;
+  if (nd == 0) {
+    if constexpr (Add) dst[0] += src[0];
+    else dst[0] = src[0];
+    return;
+  }
+  std::vector<std::size_t> stride(nd, 1);
+  for (std::size_t i = nd - 1; i-- > 0;) stride[i] = stride[i + 1] * to[i + 1];
+  std::size_t base = 0;
+  for (std::size_t i = 0; i < nd; ++i) base += offset[i] * stride[i];
+  const std::size_t run = from[nd - 1], rows = numel(from) / run;
+  std::vector<std::size_t> idx(nd - 1, 0);
+  for (std::size_t r = 0; r < rows; ++r, src += run) {
+    std::size_t o = base;
+    for (std::size_t i = 0; i + 1 < nd; ++i) o += idx[i] * stride[i];
+    if constexpr (Add)
+      for (std::size_t l = 0; l < run; ++l) dst[o + l] += src[l];
+    else
+      std::copy_n(src, run, dst + o);
+    for (std::size_t i = nd - 1; i-- > 0;)
+      if (++idx[i] < from[i]) break;
+      else idx[i] = 0;
+  }
+}
+
+/// The reverse: dst (shape `to`) = src[i + offset] (src of shape `from`), the
+/// interior read back out.
+template <class T>
+void copy_out_of(const T* src, const Shape& from, T* dst, const Shape& to, const std::vector<std::size_t>& offset) {
+  const std::size_t nd = to.size();
+  if (numel(to) == 0) return;
+  if (nd == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  std::vector<std::size_t> stride(nd, 1);
+  for (std::size_t i = nd - 1; i-- > 0;) stride[i] = stride[i + 1] * from[i + 1];
+  std::size_t base = 0;
+  for (std::size_t i = 0; i < nd; ++i) base += offset[i] * stride[i];
+  const std::size_t run = to[nd - 1], rows = numel(to) / run;
+  std::vector<std::size_t> idx(nd - 1, 0);
+  for (std::size_t r = 0; r < rows; ++r, dst += run) {
+    std::size_t o = base;
+    for (std::size_t i = 0; i + 1 < nd; ++i) o += idx[i] * stride[i];
+    std::copy_n(src + o, run, dst);
+    for (std::size_t i = nd - 1; i-- > 0;)
+      if (++idx[i] < to[i]) break;
+      else idx[i] = 0;
+  }
+}
+
+template <class T>
+struct PadOp final : Op<T> {
+  std::vector<std::size_t> before, after;
+  T value = T(0);
+  const char* name() const override { return "pad"; }
+  /// Padding along the per-sample axis adds elements of no sample between the blocks: mixed.
+  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
+    const Samples& s = in[0];
+    if (s.kind == Samples::Kind::axis && (before[s.axis] != 0 || after[s.axis] != 0)) return Samples::mixed();
+    if (s.kind == Samples::Kind::subset && (before[s.axis] != 0 || after[s.axis] != 0)) return Samples::mixed();
+    return s;
+  }
+  Shape padded(const Shape& xs) const {
+    Shape r = xs;
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] += before[i] + after[i];
+    return r;
+  }
+  ArrayT<T> forward(Values<T> x) override {
+    const Shape xs = shape_of(*x[0]);
+    if (before.size() != xs.size() || after.size() != xs.size())
+      throw std::invalid_argument("pad: " + std::to_string(before.size()) + " and " + std::to_string(after.size()) +
+                                  " pads for x " + shape_str(xs));
+    ArrayT<T> r = ArrayT<T>::from_shape(padded(xs));
+    r.fill(value);
+    copy_into<false>(x[0]->data(), xs, r.data(), shape_of(r), before);
+    return r;
+  }
+  void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
+    if (!dx[0]) return;
+    ArrayT<T> g = ArrayT<T>::from_shape(x[0]->shape());
+    copy_out_of(dout.data(), shape_of(dout), g.data(), shape_of(g), before);
+    dx[0].add(g);
+  }
+  ArrayT<T> jvp(Values<T> x, Tangents<T> d, const ArrayT<T>& out, std::size_t k) override {
+    ArrayT<T> r = xt::zeros<T>(with_k(k, shape_of(out)));
+    std::vector<std::size_t> off{0};
+    off.insert(off.end(), before.begin(), before.end());
+    copy_into<false>(d[0]->data(), shape_of(*d[0]), r.data(), shape_of(r), off);
+    return r;
+  }
+};
+
 }  // namespace
+
+template <class T>
+TensorT<T> pad(const TensorT<T>& x, std::vector<std::size_t> before, std::vector<std::size_t> after, T value) {
+  auto op = std::make_unique<PadOp<T>>();
+  op->before = std::move(before);
+  op->after = std::move(after);
+  op->value = value;
+  return apply<T>(std::move(op), {x});
+}
 
 template <class T>
 TensorT<T> reshape(const TensorT<T>& x, Shape shape) {
@@ -213,7 +321,8 @@ TensorT<T> stack(const std::vector<TensorT<T>>& xs, std::size_t axis) {
   template TensorT<T> transpose(const TensorT<T>&, std::vector<std::size_t>);         \
   template TensorT<T> slice(const TensorT<T>&, std::size_t, std::size_t, std::size_t); \
   template TensorT<T> concat(const std::vector<TensorT<T>>&, std::size_t);            \
-  template TensorT<T> stack(const std::vector<TensorT<T>>&, std::size_t);
+  template TensorT<T> stack(const std::vector<TensorT<T>>&, std::size_t);            \
+  template TensorT<T> pad(const TensorT<T>&, std::vector<std::size_t>, std::vector<std::size_t>, T);
 DPGRAD_INSTANTIATE(float)
 DPGRAD_INSTANTIATE(double)
 

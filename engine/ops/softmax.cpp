@@ -39,7 +39,8 @@ struct SoftmaxOp final : Op<T> {
   SoftmaxOp(std::size_t a, bool l) : axis(a), log(l) {}
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
-    return in[0].on_axis(axis) ? Samples::mixed() : in[0];  // along the samples' axis it mixes them
+    // along the samples' axis it mixes them (unless there is only one)
+    return in[0].on_axis(axis) && in[0].count != 1 ? Samples::mixed() : in[0];
   }
   ArrayT<T> forward(Values<T> x) override {
     const ArrayT<T>& a = *x[0];
@@ -112,8 +113,8 @@ struct MaxOp final : Op<T> {
   std::vector<std::size_t> arg;  // per line: the flat index of its first maximum
   MaxOp(std::size_t a, bool k) : axis(a), keepdims(k) {}
   const char* name() const override { return "max"; }
-  Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override {
-    return samples_reduced(in[0], {axis}, keepdims);
+  Samples samples(std::span<const Samples> in, Values<T> x, const ArrayT<T>&) const override {
+    return samples_reduced(in[0], {axis}, keepdims, x[0]->dimension());
   }
   Shape out_shape(const Shape& s) const {
     Shape r = s;

@@ -31,10 +31,11 @@ int main() {
   config.epochs = 10;
   config.batch_size = 500;
   dpgrad::PrivateTrainer trainer(*model, sgd, train, config);
-  trainer.train([&](long epoch) {
-    std::printf("epoch %ld: test accuracy %.2f%%, epsilon %.3f\n", epoch, 100 * trainer.evaluate(test).accuracy,
-                trainer.epsilon());
-  });
+  dpgrad::TrainHooksT<float> hooks;
+  hooks.on_epoch = [](const dpgrad::EpochReport& e) {
+    std::printf("epoch %ld: test accuracy %.2f%%, epsilon %.3f\n", e.epoch, 100 * e.evaluation->accuracy, e.epsilon);
+  };
+  trainer.train(hooks, &test);
   const double accuracy = trainer.evaluate(test).accuracy;
   std::printf("final: test accuracy %.2f%% at epsilon %.3f (delta %g, %s, sigma %.4f)\n", 100 * accuracy,
               trainer.epsilon(), trainer.delta(), trainer.accountant_name().c_str(), trainer.noise_multiplier());

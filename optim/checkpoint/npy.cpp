@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace dpgrad {
 
@@ -59,7 +60,7 @@ ArrayT<T> read_npy(const std::string& b, const std::string& where) {
                                           std::to_string(b.size()));
   const std::string header = b.substr(offset, header_len);
   offset += header_len;
-  const std::string want = sizeof(T) == 4 ? "'<f4'" : "'<f8'";
+  const std::string want = std::is_same_v<T, std::int64_t> ? "'<i8'" : sizeof(T) == 4 ? "'<f4'" : "'<f8'";
   const std::string descr = npy_field(header, "descr");
   if (descr != want) bad("dtype " + (descr.empty() ? std::string("missing") : descr) + ", expected " + want);
   if (npy_field(header, "fortran_order") != "False") bad("not in C order");
@@ -98,5 +99,6 @@ ArrayT<T> read_npy(const std::string& b, const std::string& where) {
 
 template ArrayT<float> read_npy<float>(const std::string&, const std::string&);
 template ArrayT<double> read_npy<double>(const std::string&, const std::string&);
+template ArrayT<std::int64_t> read_npy<std::int64_t>(const std::string&, const std::string&);
 
 }  // namespace dpgrad

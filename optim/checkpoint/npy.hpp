@@ -1,6 +1,6 @@
 // Reading an npy array (numpy's format, as checkpoints store parameters and
 // buffers) without trusting anything in it: the magic, the version, the header
-// length, the dtype (little-endian float32 or float64), C order, and the shape,
+// length, the dtype (little-endian float32, float64 or int64), C order, and the shape,
 // whose element count times the item size must equal the bytes after the header
 // exactly. Nothing is allocated before that holds.
 #pragma once

@@ -58,8 +58,9 @@ namespace {
 
 std::string num(double x) { return privacy::format_number(x, 6); }
 
-/// The settings that need no data: each checked on its own.
-void check_settings(const PlanSettings& c) {
+}  // namespace
+
+void check_plan_settings(const PlanSettings& c) {
   require(c.epochs > 0 && std::isfinite(c.epochs), "epochs must be > 0 and finite, got " + num(c.epochs));
   require(c.max_steps >= 0, "max_steps must be >= 0 (0: no limit), got " + std::to_string(c.max_steps));
   if (c.non_private) {
@@ -88,10 +89,8 @@ void check_settings(const PlanSettings& c) {
   require(c.sensitivity > 0 && std::isfinite(c.sensitivity), "the strategy's sensitivity must be > 0");
 }
 
-}  // namespace
-
 RunPlan RunPlan::make(const PlanSettings& settings, std::size_t dataset_size, std::size_t parameters) {
-  check_settings(settings);
+  check_plan_settings(settings);
   RunPlan p;
   p.s_ = settings;
   p.n_ = dataset_size;

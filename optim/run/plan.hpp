@@ -80,6 +80,11 @@ struct PlanSettings {
   bool strategy_private = true;           // false only for "none"
 };
 
+/// Checks every setting that needs no data (epochs, C, sigma, target, delta,
+/// sampling, releases, the strategy); throws std::invalid_argument naming the
+/// first problem. RunPlan::make calls it; programs call it before reading data.
+void check_plan_settings(const PlanSettings& settings);
+
 class RunPlan {
  public:
   /// An empty plan (of nothing); RunPlan::make() makes real ones.

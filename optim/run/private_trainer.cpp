@@ -168,6 +168,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
                                   : clipping::ghost<T>();
   settings_ = run_settings(config_, *strategy_, model_, optimizer_, base_lr_);
   check_settings_on_all_ranks();
+  check_training_config(config_, base_lr_);
   const std::size_t n = dataset_size();
   make_plan(n);
   if (!config_.non_private) run_self_check();
@@ -191,11 +192,15 @@ std::size_t PrivateTrainerT<T>::dataset_size() {
 }
 
 template <class T>
-void PrivateTrainerT<T>::make_plan(std::size_t n) {
-  const auto& c = config_;
+void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
+  const auto strategy = c.non_private ? make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::none})
+                        : c.clipping  ? nullptr
+                                      : clipping::ghost<T>();
+  check_plan_settings(plan_settings(c, strategy ? *strategy : *c.clipping));
   require(c.ema == 0 || (c.ema > 0 && c.ema < 1), "ema must be in (0, 1) (0: off), got " + num(c.ema));
-  require(c.lr_final < 0 || (c.lr_final <= base_lr_ && std::isfinite(c.lr_final)),
-          "lr_final must be at most the optimizer's learning rate " + num(base_lr_) + ", got " + num(c.lr_final));
+  require(c.lr_final < 0 || (c.lr_final <= lr && std::isfinite(c.lr_final)),
+          "lr_final must be at most the optimizer's learning rate " + num(lr) + ", got " + num(c.lr_final));
+  require(c.sat_rho >= 0 && std::isfinite(c.sat_rho), "sat_rho must be >= 0 and finite, got " + num(c.sat_rho));
   for (const auto& r : c.releases) {
     bool name_ok = !r.name.empty() && r.name.size() <= 64;
     for (char ch : r.name) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
@@ -205,7 +210,14 @@ void PrivateTrainerT<T>::make_plan(std::size_t n) {
     require(std::count_if(c.releases.begin(), c.releases.end(), [&](const auto& o) { return o.name == r.name; }) == 1,
             "two releases before training are called '" + r.name + "'");
   }
-  plan_ = RunPlan::make(plan_settings(c, *strategy_), n, model_.parameter_count());
+  require(c.checkpoints.every_steps >= 0,
+          "checkpoints.every_steps must be >= 0, got " + std::to_string(c.checkpoints.every_steps));
+  require(!c.checkpoints.resume || !c.checkpoints.dir.empty(), "resuming needs the checkpoint directory (checkpoints.dir)");
+}
+
+template <class T>
+void PrivateTrainerT<T>::make_plan(std::size_t n) {
+  plan_ = RunPlan::make(plan_settings(config_, *strategy_), n, model_.parameter_count());
   sampler_ = plan_.make_sampler();
 }
 
@@ -226,8 +238,6 @@ void PrivateTrainerT<T>::run_self_check() {
 template <class T>
 void PrivateTrainerT<T>::open_checkpoints() {
   const CheckpointPolicy& p = config_.checkpoints;
-  require(p.every_steps >= 0, "checkpoints.every_steps must be >= 0, got " + std::to_string(p.every_steps));
-  require(!p.resume || !p.dir.empty(), "resuming needs the checkpoint directory (checkpoints.dir)");
   if (p.dir.empty()) return;
   const bool writer = !config_.communicator || config_.communicator->rank() == 0;
   std::string error;
@@ -531,8 +541,17 @@ template <class T>
 TrainResult PrivateTrainerT<T>::train(const TrainHooksT<T>& hooks, const BatchT<T>* evaluate_on) {
   const long per_epoch = steps_per_epoch(), every = config_.checkpoints.every_steps;
   auto epoch_start = std::chrono::steady_clock::now();
+  EpochReport e;  // this epoch's sums so far
+  double loss_sum = 0, examples = 0;
+  TrainResult r;
   while (!done()) {
+    const auto t = std::chrono::steady_clock::now();
     const StepStats st = step();
+    e.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    e.communication_seconds += st.communication_seconds;
+    e.wait_seconds += st.wait_seconds;
+    loss_sum += st.loss * double(st.batch);
+    examples += double(st.batch);
     if (hooks.progress) hooks.progress(steps_, total_steps());
     const bool epoch_end = steps_ % per_epoch == 0 || done();
     // the checkpoint that covers this step comes before anything of it is shown (docs/library.md)
@@ -541,19 +560,23 @@ TrainResult PrivateTrainerT<T>::train(const TrainHooksT<T>& hooks, const BatchT<
       if (hooks.on_step) hooks.on_step({steps_, (steps_ - 1) / per_epoch + 1, st, epsilon()});
       continue;
     }
-    EpochReport e;
     e.epoch = (steps_ - 1) / per_epoch + 1;
     e.steps = steps_;
     e.epsilon = epsilon();
+    e.train_loss = examples > 0 ? loss_sum / examples : 0.0;
     if (evaluate_on) e.evaluation = evaluate_sharded(*evaluate_on);
     e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     if (hooks.record_epoch) hooks.record_epoch(e);
     save_covering(hooks);
     if (hooks.on_step) hooks.on_step({steps_, e.epoch, st, e.epsilon});
     if (hooks.on_epoch) hooks.on_epoch(e);
+    r.step_seconds += e.step_seconds;
+    r.communication_seconds += e.communication_seconds;
+    r.wait_seconds += e.wait_seconds;
+    e = EpochReport();
+    loss_sum = examples = 0;
     epoch_start = std::chrono::steady_clock::now();
   }
-  TrainResult r;
   r.steps = steps_;
   r.planned_steps = total_steps() + steps_cut_for_budget();
   r.epsilon = epsilon();
@@ -694,6 +717,8 @@ void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json e
 
 template class PrivateTrainerT<float>;
 template class PrivateTrainerT<double>;
+template void check_training_config(const PrivateTrainingConfigT<float>&, double);
+template void check_training_config(const PrivateTrainingConfigT<double>&, double);
 template ReleaseBeforeTrainingT<float> private_feature_mean(std::size_t, double, double,
                                                             std::function<ArrayT<float>(const BatchT<float>&)>,
                                                             std::function<void(const ArrayT<float>&)>);

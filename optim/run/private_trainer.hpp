@@ -119,6 +119,14 @@ struct PrivateTrainingConfigT {
 };
 using PrivateTrainingConfig = PrivateTrainingConfigT<float>;
 
+/// Checks everything in `config` that needs no data, for an optimizer starting
+/// at learning rate `lr`: the plan's settings (check_plan_settings), the
+/// post-processing, the releases before training and the checkpoint policy.
+/// Throws std::invalid_argument naming the first problem. The trainer calls it
+/// first; a program can call it before reading any data.
+template <class T>
+void check_training_config(const PrivateTrainingConfigT<T>& config, double lr);
+
 /// What evaluate() measures on a data set.
 struct Evaluation {
   double loss = 0;      // mean per-example loss (the model's loss)
@@ -146,7 +154,13 @@ struct EpochReport {
   long epoch = 0;       // from 1
   long steps = 0;       // steps done
   double epsilon = 0;   // spent so far (+infinity without noise)
-  double seconds = 0;   // the epoch's wall time
+  double seconds = 0;   // the epoch's wall time (since the run started or resumed, for the first)
+  double step_seconds = 0;           // of it, in step(); and of that, data-parallel runs' summing and sending
+  double communication_seconds = 0;  // gradients, and waiting for the slowest rank
+  double wait_seconds = 0;
+  /// The mean per-example loss over the epoch's batches, computed from the private
+  /// data without noise: NOT covered by epsilon (show it only when asked, labelled).
+  double train_loss = 0;
   std::optional<Evaluation> evaluation;  // on the data train() was given
 };
 
@@ -173,6 +187,7 @@ struct TrainResult {
   long planned_steps = 0;   // before the budget cut
   double epsilon = 0;       // spent (+infinity without noise)
   std::string message;      // one line saying how it ended
+  double step_seconds = 0, communication_seconds = 0, wait_seconds = 0;  // this call's, summed over its epochs
 };
 
 template <class T>

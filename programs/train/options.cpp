@@ -1,13 +1,17 @@
 // dpgrad-train's options (programs/train/options.hpp).
 #include "programs/train/options.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "optim/checkpoint/checkpoint.hpp"
+#include "engine/check.hpp"
+#include "layers/registry.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/run/plan.hpp"
 #include "optim/clipping/clip_spec.hpp"
 #include "privacy/schedule.hpp"
 #include "programs/cli.hpp"
@@ -15,10 +19,6 @@
 namespace dpgrad::train {
 
 namespace {
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
-
 const CLI::Validator kWholeNumber = whole_number();
 }  // namespace
 
@@ -30,67 +30,55 @@ json run_options_json(const Options& o) {
 
 bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
 
-double default_learning_rate(const std::string& optimizer) {
-  const std::string base = is_dp(optimizer) ? optimizer.substr(3) : optimizer;
-  return base == "adam" || base == "adambc" ? 1e-3 : 0.1;
-}
-
 void check_train_options(Options& o, const std::set<std::string>& given) {
   const bool dp = is_dp(o.optimizer);
-  require(o.epochs > 0 && std::isfinite(o.epochs), fmt::format("--epochs must be > 0, got {}", o.epochs));
+  const std::string base = dp ? o.optimizer.substr(3) : o.optimizer;
+  const std::vector<std::string> names = optimizer_names();
+  require(std::find(names.begin(), names.end(), base) != names.end() && (dp || base != "adambc"),
+          "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
+  if (!o.lr) o.lr = default_lr(base);
+  const bool onnx_model = o.model.rfind("onnx:", 0) == 0;
+  // an imported model takes none of the built-in models' settings (docs/onnx.md)
+  static const ModelEntry imported{"onnx:PATH", "", ModelInput::images, false, false, false, false};
+  const ModelEntry& model = onnx_model ? imported : find_model(o.model);
   require(o.vocabulary >= 3 && o.vocabulary <= 10000000,
           fmt::format("--vocabulary must be in [3, 10^7] (padding, unknown and at least one word), got {}", o.vocabulary));
   require(o.centre_features >= 0 && std::isfinite(o.centre_features),
           fmt::format("--centre-features must be a noise multiplier >= 0 (0: off), got {}", o.centre_features));
-  if (o.centre_features > 0) {
-    require(o.model == "scatter-linear" || o.model == "scatter-cnn",
-            "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
-    require(dp, "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
-  }
-  require(!o.frozen_embedding || o.model == "transformer",
+  require(o.centre_features == 0 || model.takes_centre,
+          "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
+  require(o.centre_features == 0 || dp,
+          "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
+  require(!o.frozen_embedding || model.takes_frozen_embedding,
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
-  if (!o.lr) o.lr = default_learning_rate(o.optimizer);
-  require(*o.lr > 0 && std::isfinite(*o.lr), fmt::format("--lr must be > 0, got {}", *o.lr));
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+          fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
+  require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
+  require(o.freeze.empty() || onnx_model, "--freeze applies to --model onnx:PATH (the built-in models: see --frozen-embedding)");
+  require(o.export_onnx.empty() || onnx_model, "--export-onnx applies to --model onnx:PATH");
+  require(o.export_onnx.empty() || o.ema == 0,
+          "--export-onnx writes the trained parameters, --ema evaluates their average: use one of them");
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
-  require(o.lr_final >= 0 && o.lr_final <= *o.lr,
-          fmt::format("--lr-final must be in [0, --lr], got {} with --lr {}", o.lr_final, *o.lr));
   require(o.lr_final == 0 || o.schedule == "cosine", "--lr-final needs --lr-schedule cosine");
-  const std::string base_name = dp ? o.optimizer.substr(3) : o.optimizer;
-  require(base_name == "sgd" || base_name == "momentum" || base_name == "adam" || (dp && base_name == "adambc"),
-          "unknown --optimizer '" + o.optimizer + "' (sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc)");
   require(o.adambc_floor > 0 && std::isfinite(o.adambc_floor),
           fmt::format("--adambc-floor must be > 0, got {}", o.adambc_floor));
-  require(o.sampler == "poisson" || o.sampler == "shuffle" || o.sampler == "fixed",
-          "unknown --sampler '" + o.sampler + "' (poisson, shuffle, fixed)");
   if (dp) {
     require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
     const ClipSpec spec = parse_clip_spec(o.strategy);  // throws on an unknown one
-    if (spec.kind == ClipSpec::Kind::jl) {
-      require(spec.directions <= 1000, fmt::format("--clip-strategy {}: each of the K directions is a forward pass, so a step costs "
-                                     "about K non-private steps (jl:1000 took 26 s a step on cnn26k); at most jl:1000 "
-                                     "(ghost and vanilla give exact norms faster)", o.strategy));
-    }
-    require(o.noise_multiplier || o.target_epsilon, "a private run needs --noise-multiplier or --target-epsilon");
-    require(!o.noise_multiplier || (*o.noise_multiplier >= 0 && std::isfinite(*o.noise_multiplier)),
-            fmt::format("--noise-multiplier must be >= 0, got {}", o.noise_multiplier.value_or(0)));
-    require(!o.target_epsilon || (*o.target_epsilon > 0 && std::isfinite(*o.target_epsilon)),
-            "--target-epsilon must be > 0 and finite");
+    require(spec.kind != ClipSpec::Kind::jl || spec.directions <= 1000,
+            fmt::format("--clip-strategy {}: each of the K directions is a forward pass, so a step costs about K "
+                        "non-private steps (jl:1000 took 26 s a step on cnn26k); at most jl:1000 (ghost and vanilla "
+                        "give exact norms faster)", o.strategy));
     // below 1e-12 the noise sigma C leaves the noise grid's range for every useful sigma (docs/noise.md)
     require(o.clip_norm >= 1e-12 && o.clip_norm <= 1e6,
             fmt::format("--clip-norm must be in [1e-12, 1e6], got {}", o.clip_norm));
-    if (o.noise_multiplier && *o.noise_multiplier > 0) {  // a tiny one proves no finite epsilon (said later)
-      const double noise_std = *o.noise_multiplier * o.clip_norm;
-      require(noise_std <= 0x1.0p900,
+    if (o.noise_multiplier && *o.noise_multiplier > 0 && std::isfinite(*o.noise_multiplier))
+      require(*o.noise_multiplier * o.clip_norm <= 0x1.0p900,
               fmt::format("--noise-multiplier {} times --clip-norm {} is a noise standard deviation of {}, outside the "
                           "noise grid's range [2^-900, 2^900] (docs/noise.md)", *o.noise_multiplier, o.clip_norm,
-                          noise_std));
-    }
-    require(!o.delta || (*o.delta > 0 && *o.delta < 1), fmt::format("--delta must be in (0, 1), got {}", o.delta.value_or(0)));
-    if (o.noise_multiplier && *o.noise_multiplier == 0)
-      require(o.allow_no_noise, "--noise-multiplier 0 adds no noise and is NOT private; add --allow-no-noise to insist");
+                          *o.noise_multiplier * o.clip_norm));
     if (!o.accountant.empty() && o.accountant != "gdp") {
-      require(o.accountant == "pld" || o.accountant == "rdp" || o.accountant == "wor" || o.accountant == "shuffle",
-              "unknown accountant '" + o.accountant + "' (pld, rdp, wor, shuffle)");
+      accounting_from_string(o.accountant);  // throws on an unknown one
       const std::string analyses = privacy::analysed_sampler(o.accountant);
       require(analyses == o.sampler,
               "--accountant " + o.accountant + " does not fit --sampler " + o.sampler + ": it analyses " + analyses +
@@ -109,32 +97,17 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
     require(given.count("sampler") == 0 || o.sampler == "shuffle", "--sampler " + o.sampler + why);
     o.strategy = "none";
   }
-  if (o.sampler == "shuffle") require(!dp || (o.epoch_fraction > 0 && o.epoch_fraction < 1),
-                                      "--epoch-fraction must be in (0, 1) for private shuffled training");
-  require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  sampling_from_string(o.sampler);  // throws on an unknown one
   require(o.epoch_fraction == 1.0 || o.sampler == "shuffle",
           "--epoch-fraction applies to --sampler shuffle only (this run samples " + o.sampler + ")");
   require(!o.allow_no_noise || (o.noise_multiplier && *o.noise_multiplier == 0 && !o.target_epsilon),
           "--allow-no-noise goes with --noise-multiplier 0 and no --target-epsilon (a run without noise has no epsilon)");
-  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-          fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
-  require(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
-          fmt::format("--momentum must be in [0, 1), got {}", o.momentum));
   require(!o.allow_large_delta || (dp && o.delta), "--allow-large-delta goes with a --delta of a private run");
   require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
   require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
   require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
           "--layer-snr compares the gradient with its noise: it needs a private run with noise");
-  require(o.ema == 0 || (o.ema > 0 && o.ema < 1), fmt::format("--ema must be in (0, 1) (or 0: off), got {}", o.ema));
-  require(o.sat_rho >= 0 && std::isfinite(o.sat_rho), fmt::format("--sat-rho must be >= 0 (0: off), got {}", o.sat_rho));
-  if (!o.classes.empty()) {
-    require(o.classes.size() >= 2, "--classes needs at least two classes");
-    for (std::size_t i = 0; i < o.classes.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j) require(o.classes[i] != o.classes[j], "--classes: a class is repeated");
-  }
-  require(o.normalize.empty() ||
-              (o.normalize.size() == 2 && o.normalize[1] > 0 && std::isfinite(o.normalize[0]) && std::isfinite(o.normalize[1])),
-          "--normalize needs MEAN,STD with STD > 0 (Fashion-MNIST's published values: 0.2860,0.3530)");
+  require(o.normalize.empty() || o.normalize.size() == 2, "--normalize needs MEAN,STD");
   for (const char* flag : {"augment-shift", "augment-no-flip"})
     require(given.count(flag) == 0 || o.augment_views > 0,
             std::string("--") + flag + " shapes the views of --augment-views, which is off: give --augment-views K");
@@ -144,7 +117,12 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   Options& o = r.options;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
   dpgrad::name_cli_errors(app, "dpgrad-train");
-  app.add_option("--model", o.model, "mlp, logreg, cnn26k, cnn17m, bilstm598k, bigru, transformer, scatter-linear, scatter-cnn (on the images' scattering transform)")->capture_default_str();
+  app.add_option("--model", o.model, "one of:\n" + model_help() + "  onnx:PATH: an ONNX file's model (docs/onnx.md)")
+      ->capture_default_str();
+  app.add_option("--freeze", o.freeze,
+                 "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular expression "
+                 "constant: no gradient, no clipping, no noise");
+  app.add_option("--export-onnx", o.export_onnx, "onnx:PATH: write the trained model to this ONNX file at the end");
   app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
       ->capture_default_str();
   app.add_option("--vocab-file", o.vocab_file,
@@ -271,19 +249,9 @@ json restore_run_options(Options& o, const std::set<std::string>& given, json re
   require(resumed.contains("options") && resumed["options"].is_object(),
           "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
   json& stored = resumed["options"];
-  // runs written before noise was secure by default kept "secure-rng": false meant seeded noise, which
-  // continues as the named opt-in (not private)
-  if (stored.contains("secure-rng") && !stored.contains("reproducible-noise"))
-    stored["reproducible-noise"] = !stored["secure-rng"].get<bool>();
   const json given_json = run_options_json(o);
   // The run keeps its settings: flags may repeat them but not change them.
   for_each_run_option(o, [&](const char* flag, auto& v) {
-    // options added since older checkpoints were written keep their defaults, which such runs used
-    static const std::set<std::string> added_later{"adambc-floor", "lr-final", "sat-rho", "lr-scale",
-                                                   "reproducible-noise", "report-train-loss", "vocab-file",
-                                                   "vocabulary", "physical-batch-size", "frozen-embedding",
-                                                   "centre-features"};
-    if (!stored.contains(flag) && added_later.count(flag)) return;
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])
       throw std::invalid_argument(fmt::format(

@@ -19,6 +19,8 @@ struct Options {
   std::string vocab_file;  // text: a public token list (empty: feature hashing)
   std::size_t vocabulary = 8185;  // text, feature hashing: token ids, padding and unknown included
   bool frozen_embedding = false;  // transformer: the embedding table is not trained
+  std::string freeze;       // onnx:PATH models: parameters kept constant (a regular expression on their names)
+  std::string export_onnx;  // onnx:PATH models: write the trained model here
   double centre_features = 0;    // scatter models: noise multiplier of the private feature centre (0: off)
   std::string optimizer = "sgd", strategy = "ghost", sampler = "poisson", accountant;  // accountant "": the sampler's default
   std::string schedule = "constant";
@@ -62,6 +64,7 @@ void for_each_run_option(O& o, F&& f) {
   f("vocab-file", o.vocab_file);
   f("vocabulary", o.vocabulary);
   f("frozen-embedding", o.frozen_embedding);
+  f("freeze", o.freeze);
   f("centre-features", o.centre_features);
   f("classes", o.classes);
   f("normalize", o.normalize);
@@ -127,10 +130,6 @@ json run_options_json(const Options& o);
 /// True for the dp-* optimizers.
 bool is_dp(const std::string& optimizer);
 
-/// The learning rate an optimizer starts from unless --lr says otherwise: Adam's
-/// steps are normalised per coordinate, so it needs a far smaller one than SGD.
-double default_learning_rate(const std::string& optimizer);
-
 /// A parsed command line: the options, the run-defining flags that were given,
 /// and, when the program should stop at once, its exit code (--help: 0; a bad
 /// flag: 2, with CLI11's message printed).
@@ -142,10 +141,11 @@ struct ParsedOptions {
 /// Parses dpgrad-train's flags (and applies --demo's preset). Never exits the process.
 ParsedOptions parse_train_options(int argc, const char* const* argv);
 
-/// Checks every option that needs no data or file (fills in the default
-/// learning rate); throws std::invalid_argument naming the problem. `given`:
-/// the run-defining flags on the command line (ParsedOptions::given), so that
-/// settings a run would ignore (--clip-norm in a non-private run, say) are refused.
+/// Checks the options' own rules that need no data (fills in the default
+/// learning rate): flags that go together, flags a run would ignore (--clip-norm
+/// in a non-private run, say: `given` holds the run-defining flags on the command
+/// line), names. The settings of the run itself are the library's to check
+/// (training_config, check_training_config). Throws std::invalid_argument naming the problem.
 void check_train_options(Options& o, const std::set<std::string>& given = {});
 
 /// --resume: from the checkpoint's extra JSON `resumed` (read and verified by the

@@ -1,37 +1,60 @@
-// dpgrad-train's output: progress on standard error, epsilon for people and for
-// JSON, and the per-layer signal-to-noise summary.
+// dpgrad-train's output: the header, a row per epoch and the summary, as text
+// for people and JSON with --json; progress on standard error; what a diverged
+// run spent. Only what epsilon covers is shown unless asked for, and labelled.
 #pragma once
 
-#include <optional>
+#include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "optim/dp_optimizer.hpp"
+#include "optim/run/private_trainer.hpp"
+#include "programs/train/options.hpp"
+
+namespace dpgrad {
+class Communicator;
+}
 
 namespace dpgrad::train {
 
-/// A progress bar (terminal) or a line every tenth of an epoch (not a terminal).
+/// What the report needs of a run.
+struct RunFacts {
+  PrivateTrainer* trainer;
+  const Options* options;
+  std::string model, data;           // names, for the header
+  std::size_t parameters = 0;
+  std::vector<std::string> lr_scales;
+  const Communicator* comm = nullptr;
+};
+
+/// A progress bar (terminal) or a line every tenth of an epoch (not a terminal):
+/// step counts and speed only, nothing computed from the data.
 class Progress {
  public:
   explicit Progress(bool quiet);
-  /// `loss` only when it may be shown, with its label (" (not covered by epsilon)" in private runs).
-  void update(long step, long total, std::optional<double> loss, const std::string& label, double examples_per_s,
-              double eta_s, long epoch);
+  void update(long done, long total, long per_epoch);
 
  private:
   bool tty_, quiet_;
+  double start_ = 0;
+  long first_ = -1;
 };
+
+void print_header(const RunFacts& f, const std::function<void(const std::string&)>& say);
+/// The history's row of an epoch (its layer SNR read and reset here).
+nlohmann::json epoch_row(const RunFacts& f, const EpochReport& e);
+void print_epoch(const RunFacts& f, const nlohmann::json& row);
+nlohmann::json summary_row(const RunFacts& f, const TrainResult& r, nlohmann::json last, double seconds);
+void print_summary(const RunFacts& f, const nlohmann::json& summary);
+std::string plot_title(const RunFacts& f);
+/// A diverged step (DivergedError, taken and accounted): prints what the run spent
+/// (a JSON row with --json) and throws the message, which ends the program.
+[[noreturn]] void report_diverged(const RunFacts& f, const std::exception& e);
 
 /// epsilon rounded up for people ("inf" when none is proven).
 std::string fmt_eps(double e);
 /// epsilon for JSON: a number, or "inf".
 nlohmann::json eps_json(double e);
-
-/// Per layer (a parameter's name up to its last '.'), the noised gradient's
-/// signal-to-noise ratio per coordinate over the epoch, in the layers' order.
-std::vector<std::pair<std::string, double>> layer_snr(const std::vector<GradientEnergy>& energy);
 
 }  // namespace dpgrad::train

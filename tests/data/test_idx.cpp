@@ -3,6 +3,8 @@
 // problem, and the real Fashion-MNIST test set loads when the package is installed.
 #include <doctest/doctest.h>
 
+#include "support/real_data.hpp"
+
 #include "support/check.hpp"
 #include "support/temp_dir.hpp"
 
@@ -298,11 +300,9 @@ TEST_CASE("idx: Fashion-MNIST location and missing-package message") {
 
 TEST_CASE("idx: the real Fashion-MNIST test set") {
   const IdxPaths p = fashion_mnist_paths();
-  if (!fs::exists(p.test_images) || !fs::exists(p.test_labels)) {
-    MESSAGE("skipped: Fashion-MNIST not found in " << fashion_mnist_dir()
-                                                   << " (apt-get install dataset-fashion-mnist)");
-    return;
-  }
+  if (!fs::exists(p.test_images) || !fs::exists(p.test_labels))
+    dpgrad::test::real_data_missing("Fashion-MNIST not found in " + fashion_mnist_dir() +
+                                    " (apt-get install dataset-fashion-mnist)");
   const ImageDataset ds = load_fashion_mnist(false);
   CHECK(dpgrad::shape_of(ds.images) == dpgrad::Shape{10000, 1, 28, 28});
   REQUIRE(ds.labels.size() == 10000);

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "support/check.hpp"
+#include "support/real_data.hpp"
 #include "support/temp_dir.hpp"
 
 #include <algorithm>
@@ -464,8 +465,7 @@ TEST_CASE("spamassassin: the real corpus") {
     EnvGuard offline("DPGRAD_NO_FETCH", "1");  // ./dev deps fetches it; tests never download
     pkg = find_spamassassin();
   } catch (const DataError& e) {
-    MESSAGE("skipped: " << std::string(e.what()));
-    return;
+    dpgrad::test::real_data_missing(e.what());
   }
   const RawText all = load_spamassassin(pkg, Split::all);
   const RawText train = load_spamassassin(pkg, Split::train);

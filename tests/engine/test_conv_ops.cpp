@@ -411,3 +411,47 @@ TEST_CASE("conv ops: bad geometry and shapes throw") {
     CHECK(msg.find("(2, 5, 5, 3)") != std::string::npos);
   }
 }
+
+TEST_CASE("avg_pool2d: values against a loop, gradient checks, padding and its divisor") {
+  FastRng rng(9);
+  struct Case {
+    std::size_t kh, kw, sh, sw;
+    Pad2d pad;
+    bool include;
+  };
+  for (const Case& c : {Case{2, 2, 1, 1, {}, true}, Case{3, 2, 2, 1, {1, 1, 0, 1}, true},
+                       Case{3, 3, 2, 2, {1, 1, 1, 1}, false}, Case{2, 3, 1, 2, {0, 1, 2, 0}, false}}) {
+    CAPTURE(c.kh);
+    CAPTURE(c.include);
+    const A x = randn<double>({2, 5, 6, 3}, rng);
+    A got;
+    {
+      NoRecordScope<double> none;
+      got = avg_pool2d(D(x), c.kh, c.kw, c.sh, c.sw, c.pad, c.include).value();
+    }
+    const std::size_t ho = (5 + c.pad.top + c.pad.bottom - c.kh) / c.sh + 1;
+    const std::size_t wo = (6 + c.pad.left + c.pad.right - c.kw) / c.sw + 1;
+    REQUIRE(got.shape() == Shape{2, ho, wo, 3});
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t oy = 0; oy < ho; ++oy)
+        for (std::size_t ox = 0; ox < wo; ++ox)
+          for (std::size_t ch = 0; ch < 3; ++ch) {
+            double s = 0;
+            std::size_t n = 0;
+            for (std::size_t i = 0; i < c.kh; ++i)
+              for (std::size_t j = 0; j < c.kw; ++j) {
+                const long y = long(oy * c.sh + i) - long(c.pad.top), z = long(ox * c.sw + j) - long(c.pad.left);
+                if (y < 0 || z < 0 || y >= 5 || z >= 6) continue;
+                s += x(b, std::size_t(y), std::size_t(z), ch);
+                ++n;
+              }
+            CHECK(got(b, oy, ox, ch) == doctest::Approx(s / double(c.include ? c.kh * c.kw : n)).epsilon(1e-12));
+          }
+    DPGRAD_CHECK_GRADS(gradcheck(
+        [&](const std::vector<D>& v) { return avg_pool2d(v[0], c.kh, c.kw, c.sh, c.sw, c.pad, c.include); }, {x}));
+  }
+  NoRecordScope<double> none;
+  CHECK(avg_pool2d(per_sample_input(A(xt::zeros<double>({3, 4, 4, 2}))), 2, 2, 2, 2).samples() == Samples::at(0, 3));
+  CHECK_THROWS_AS(avg_pool2d(D(A(xt::zeros<double>({4, 4}))), 2, 2, 1, 1), std::invalid_argument);
+  CHECK_THROWS_AS(avg_pool2d(D(A(xt::zeros<double>({1, 4, 4, 1}))), 2, 2, 1, 1, Pad2d{2, 0, 0, 0}), std::invalid_argument);
+}

@@ -161,3 +161,36 @@ TEST_CASE("ops math: where the samples go through matmul, softmax and max") {
   CHECK(matmul(flat, flat, true).samples().kind == Samples::Kind::mixed);  // (B, B): samples against samples
   CHECK(matmul(flat, D(randn<double>({3, 2}, rng))).samples().on_axis(0));
 }
+
+TEST_CASE("ops math: leaky_relu, erf and pad: values and gradchecks") {
+  FastRng rng(5);
+  {
+    NoRecordScope<double> none;
+    DPGRAD_CHECK_CLOSE(leaky_relu(D(A{-2.0, 0.0, 3.0}), 0.1).value(), (A{-0.2, 0.0, 3.0}), 1e-15);
+    DPGRAD_CHECK_CLOSE(erf(D(A{0.0, 0.5, -1.0})).value(), (A{0.0, 0.5204998778130465, -0.8427007929497149}), 1e-15);
+    const A p = pad(D(A{{1.0, 2.0}}), {1, 0}, {0, 2}, -1.0).value();  // (1, 2) -> (2, 4)
+    DPGRAD_CHECK_CLOSE(p, (A{{-1.0, -1.0, -1.0, -1.0}, {1.0, 2.0, -1.0, -1.0}}), 0.0);
+    CHECK(pad(D(A{1.0}), {0}, {0}).shape() == Shape{1});
+    CHECK_THROWS_WITH_AS(pad(D(A{1.0}), {0, 1}, {0, 1}), doctest::Contains("pad"), std::invalid_argument);
+  }
+  DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return leaky_relu(v[0], 0.1); },
+                               {away_from_zero({3, 4}, rng)}));
+  DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return erf(v[0]); }, {randn<double>({3, 4}, rng)}));
+  DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return pad(v[0], {1, 0, 2}, {0, 3, 1}, 0.5); },
+                               {randn<double>({2, 3, 2}, rng)}));
+  DPGRAD_CHECK_GRADS(gradcheck([](const std::vector<D>& v) { return pad(v[0], {2}, {1}); }, {randn<double>({3}, rng)}));
+  // the kink of leaky_relu at 0 takes the slope
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D x(A{-1.0, 0.0, 2.0}, true);
+  tape.backward(sum(leaky_relu(x, 0.25)));
+  DPGRAD_CHECK_CLOSE(x.grad(), (A{0.25, 0.25, 1.0}), 0.0);
+}
+
+TEST_CASE("ops math: pad keeps the samples unless it pads their axis") {
+  NoRecordScope<double> none;
+  const D x = per_sample_input(A(xt::zeros<double>({2, 3})));
+  CHECK(pad(x, {0, 1}, {0, 2}).samples() == Samples::at(0, 2));
+  CHECK(pad(x, {1, 0}, {0, 0}).samples().kind == Samples::Kind::mixed);
+  CHECK(pad(D(A(xt::zeros<double>({2, 3}))), {1, 0}, {0, 0}).samples().is_none());
+}

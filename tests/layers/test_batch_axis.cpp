@@ -3,6 +3,7 @@
 // exact route must refuse them with an error naming the op and the parameter,
 // or agree with the per-example loop; never give other norms. Batches of
 // B = 2 (dividing T = 4) and B = 3 (not dividing it), in double precision.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -193,5 +194,79 @@ TEST_CASE("batch axis: the same layers batch-major agree with the per-example lo
     PerSampleCheck check = check_per_sample(model, sequences(b, data));
     INFO(check.str());
     CHECK(check.agrees(1e-9));
+  }
+}
+
+namespace {
+
+/// Self-attention laid out as PyTorch 1.13 exports nn.MultiheadAttention,
+/// sequence-first: x (B, T, d) -> (T, B, d); q, k, v by one linear each;
+/// (T, B, d) -> (T, B heads, d / heads) -> (B heads, T, d / heads) (the batch
+/// outer); scores, softmax, mixing; -> (T, B heads, d / heads) -> (T B, d)
+/// (the batch inner) -> the output projection -> (T, B, d) -> (B, T, d); then
+/// mean over T and a Dense.
+class SequenceFirstAttention final : public ModelT<double> {
+ public:
+  static constexpr std::size_t kHeads = 2, kDim = 4;
+  explicit SequenceFirstAttention(Rng& rng)
+      : in_(kIn, kDim, rng, "in"), q_(kDim, kDim, rng, "query"), k_(kDim, kDim, rng, "key"),
+        v_(kDim, kDim, rng, "value"), proj_(kDim, kDim, rng, "out_proj"), out_(kDim, kClasses, rng, "out") {}
+  D forward(const BatchT<double>& b) override {
+    const std::size_t B = b.inputs.shape()[0], T = kSteps, dk = kDim / kHeads;
+    D x = transpose(in_.forward(per_sample_input(b.inputs)), {1, 0, 2});  // (T, B, d)
+    auto heads = [&](const D& t) { return transpose(reshape(t, {T, B * kHeads, dk}), {1, 0, 2}); };
+    D q = heads(q_.forward(x)), k = heads(k_.forward(x)), v = heads(v_.forward(x));  // (B heads, T, dk)
+    D mixed = matmul(softmax(scale(matmul(q, k, true), 1 / std::sqrt(double(dk))), 2), v);  // (B heads, T, dk)
+    D rows = reshape(transpose(mixed, {1, 0, 2}), {T * B, kDim});  // (T B, d): the batch inner
+    D y = transpose(reshape(proj_.forward(rows), {T, B, kDim}), {1, 0, 2});  // (B, T, d)
+    return out_.forward(mean(tanh(y), {1}));
+  }
+  std::vector<D> parameters() const override {
+    std::vector<D> p;
+    for (const auto* l : {&in_, &q_, &k_, &v_, &proj_, &out_})
+      for (auto& w : l->parameters()) p.push_back(w);
+    return p;
+  }
+  std::string name() const override { return "sequence-first attention"; }
+
+ private:
+  DenseT<double> in_, q_, k_, v_, proj_, out_;
+};
+
+/// A reshape that mixes: (B, T, d) -> (T, B, d) -> (B, T d) as a reshape (not a
+/// transpose), then a Dense: row i of the result holds parts of several samples.
+class MixingReshape final : public ModelT<double> {
+ public:
+  explicit MixingReshape(Rng& rng) : dense_(kSteps * kIn, kClasses, rng, "dense") {}
+  D forward(const BatchT<double>& b) override {
+    const std::size_t B = b.inputs.shape()[0];
+    D x = transpose(per_sample_input(b.inputs), {1, 0, 2});  // (T, B, d)
+    return dense_.forward(tanh(reshape(x, {B, kSteps * kIn})));
+  }
+  std::vector<D> parameters() const override { return dense_.parameters(); }
+  std::string name() const override { return "mixing reshape"; }
+
+ private:
+  DenseT<double> dense_;
+};
+
+}  // namespace
+
+TEST_CASE("batch axis: attention exported sequence-first, with the batch merged outer and inner, is exact") {
+  for (std::size_t b : {2, 3}) {
+    FastRng init(9), data(10 + b);
+    SequenceFirstAttention model(init);
+    BatchT<double> batch = sequences(b, data);
+    PerSampleCheck check = check_per_sample(model, batch);
+    INFO(check.str());
+    CHECK(check.agrees(1e-9));
+  }
+}
+
+TEST_CASE("batch axis: a reshape that mixes samples is refused by every exact route") {
+  for (std::size_t b : {2, 3}) {  // 2 divides T = 4 (rows hold two samples each), 3 does not
+    FastRng init(11), data(12 + b);
+    MixingReshape model(init);
+    refused_or_exact(model, b, data, {"parameter 'dense."}, true);
   }
 }

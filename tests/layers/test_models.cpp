@@ -8,6 +8,7 @@
 #include "engine/ops.hpp"
 #include "engine/tape.hpp"
 #include "layers/models.hpp"
+#include "layers/registry.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;
@@ -101,8 +102,24 @@ TEST_CASE("models: exact parameter counts and names") {
   CHECK(make_model<float>("transformer", rng)->parameter_count() == 633666);
   CHECK(make_model<float>("scatter-linear", rng)->parameter_count() == 39862);
   CHECK(make_model<float>("scatter-cnn", rng)->parameter_count() == 26412);
-  CHECK(model_names() == std::vector<std::string>{"mlp", "cnn26k", "cnn17m", "bilstm598k", "bigru", "transformer",
-                                                  "scatter-linear", "scatter-cnn"});
+  CHECK(model_names() == std::vector<std::string>{"mlp", "logreg", "cnn26k", "cnn17m", "bilstm598k", "bigru",
+                                                  "transformer", "scatter-linear", "scatter-cnn"});
+  // the registry: every model has help, builds from a spec, and refuses settings it does not take
+  for (const auto& m : model_registry()) CHECK(std::string(m.help).size() > 10);
+  CHECK(model_help().find("  transformer: ") != std::string::npos);
+  test::check_error<std::invalid_argument>([] { find_model("resnet"); }, {"unknown model 'resnet'", "mlp, logreg"});
+  ModelSpec spec;
+  spec.classes = 3;
+  spec.features = 20;
+  CHECK(build_model<float>("logreg", spec, rng)->parameter_count() == 20 * 3 + 3);
+  spec.vocabulary = 100;
+  test::check_error<std::invalid_argument>([&] { build_model<float>("bigru", spec, rng); }, {"bigru has an embedding of 8185 rows", "only the transformer"});
+  test::check_error<std::invalid_argument>([&] { build_model<float>("mlp", spec, rng); }, {"mlp reads no tokens"});
+  spec.length = 12;
+  CHECK(build_model<float>("transformer", spec, rng)->name() == "transformer");
+  spec.vocabulary = 8185;
+  spec.centred = true;
+  test::check_error<std::invalid_argument>([&] { build_model<float>("cnn26k", spec, rng); }, {"scatter models"});
   CHECK(model_reads_tokens("transformer"));
   CHECK(model_reads_scattering("scatter-cnn"));
   CHECK(!model_reads_scattering("cnn26k"));

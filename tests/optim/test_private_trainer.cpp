@@ -292,7 +292,7 @@ TEST_CASE("private trainer: a release before training is in the ledger, the cali
     CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*m, sgd, train, c), doctest::Contains(why), std::invalid_argument);
   };
   refused(config({release(0.0)}), "noise multiplier > 0");
-  refused(config({release(4.0, 0)}), "needs a dimension");
+  refused(config({release(4.0, 0)}), "at least one draw");
   refused(config({mean_release, mean_release}), "two releases before training are called");
   PrivateTrainingConfigT<double> non_private;
   non_private.non_private = true;
