@@ -29,7 +29,14 @@ void add_linear(std::vector<GemmShape>& g, const std::string& name, std::size_t 
 std::vector<GemmShape> step_gemms(const std::string& model, std::size_t b, std::size_t length) {
   std::vector<GemmShape> g;
   if (model.rfind("onnx:", 0) == 0) return g;  // an imported model: no reference shapes
-  if (model == "mlp") {
+  if (model == "logreg") {
+    add_linear(g, "dense", b, 784, 10, false);
+  } else if (model == "bigru") {
+    // per direction: one input projection over all steps (3 gates), then L-1 recurrent products
+    add_linear(g, "gru input", b * length, 64, 192, true, 2);
+    if (length > 1) add_linear(g, "gru recurrent", b, 64, 192, true, 2 * (length - 1));
+    add_linear(g, "dense", b, 128, 2, true);
+  } else if (model == "mlp") {
     add_linear(g, "dense1", b, 784, 256, false);
     add_linear(g, "dense2", b, 256, 10, true);
   } else if (model == "cnn26k" || model == "cnn17m") {
@@ -67,7 +74,7 @@ std::vector<GemmShape> step_gemms(const std::string& model, std::size_t b, std::
     add_linear(g, "conv", b * 7 * 7, 3 * 3 * 81, 32, true);  // im2col rows (B*7*7, 729)
     add_linear(g, "dense", b, 288, 10, true);
   } else {
-    throw std::invalid_argument("no GEMM shapes for model '" + model + "'");
+    throw std::invalid_argument("no GEMM shapes for model '" + model + "' (bench/bench_gemm.cpp lists each bundled model's)");
   }
   return g;
 }

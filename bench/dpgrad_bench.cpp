@@ -52,6 +52,7 @@
 #include "engine/per_sample.hpp"
 #include "engine/tape.hpp"
 #include "optim/clipping/clipping.hpp"
+#include "layers/registry.hpp"
 #if DPGRAD_HAVE_ONNX
 #include "onnx/onnx.hpp"
 #endif
@@ -100,8 +101,9 @@ BatchT<float> make_batch(const std::string& model, std::size_t b, std::uint64_t 
     return batch;
   }
 #endif
-  if (model_reads_tokens(model)) return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
-  if (model_reads_scattering(model)) {  // the heads' input: features computed once, before training
+  const ModelInput input = find_model(model).input;
+  if (input == ModelInput::tokens) return data::synthetic_tokens(b, kSequenceLength, kVocabulary, seed);
+  if (input == ModelInput::scattering) {  // the heads' input: features computed once, before training
     BatchT<float> batch = data::synthetic_images(b, seed);
     FastRng rng(seed + 1);
     batch.inputs = ArrayT<float>::from_shape({b, 7, 7, 81});

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "layers/registry.hpp"
 #include "optim/clipping/clip_spec.hpp"
 #include "programs/cli.hpp"
 
@@ -18,12 +19,8 @@ void require(bool ok, const std::string& msg) {
 }  // namespace
 
 void check_bench_options(const Options& o) {
-  for (const auto& m : o.models) {
-    bool known = m == "cnn26k" || m == "bilstm598k" || m == "cnn17m" || m == "mlp" || m == "transformer" ||
-                 m == "scatter-linear" || m == "scatter-cnn" || (m.rfind("onnx:", 0) == 0 && m.size() > 5);
-    require(known, "unknown --model '" + m +
-                       "' (cnn26k, bilstm598k, cnn17m, mlp, transformer, scatter-linear, scatter-cnn, onnx:PATH)");
-  }
+  for (const auto& m : o.models)  // the library's registry, or an ONNX file
+    if (m.rfind("onnx:", 0) != 0 || m.size() == 5) find_model(m);  // throws naming the models
   for (const auto& m : o.methods) parse_clip_spec(m);  // throws on an unknown one
   for (auto b : o.batches) require(b >= 1, "--batch must be >= 1");
   require(o.optimizer == "sgd" || o.optimizer == "adam", "--optimizer must be sgd or adam");
@@ -46,7 +43,8 @@ Parsed parse_bench_options(int argc, const char* const* argv) {
   Options& o = p.options;
   CLI::App app{"dpgrad-bench: speed and memory of the clipping strategies against non-private training"};
   dpgrad::name_cli_errors(app, "dpgrad-bench");
-  app.add_option("--model", o.models, "cnn26k, bilstm598k, cnn17m, mlp, transformer, scatter-linear, scatter-cnn, onnx:PATH (an ONNX file; comma-separated)")->delimiter(',');
+  app.add_option("--model", o.models, "comma-separated, of:\n" + model_help() + "  onnx:PATH: an ONNX file's model")
+      ->delimiter(',');
   app.add_option("--batch", o.batches, "batch sizes (comma-separated)")->check(whole_number())->delimiter(',')->capture_default_str();
   app.add_option("--methods", o.methods, "none, naive, vanilla, ghost, jl:K, microbatch:M (comma-separated)")
       ->delimiter(',');

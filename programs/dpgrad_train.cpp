@@ -188,7 +188,10 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   const bool dp = is_dp(o.optimizer);
   o.threads = threads_per_rank(comm.get(), o.threads);
   if (o.threads > 0) blas::set_threads(o.threads);
-  auto say = [&](const std::string& s) { fmt::print(o.json_out ? stderr : stdout, "{}\n", s); };
+  auto say = [&](const std::string& s) {  // flushed: a pipe or file shows the header before the first step
+    fmt::print(o.json_out ? stderr : stdout, "{}\n", s);
+    std::fflush(o.json_out ? stderr : stdout);
+  };
   if (comm) {  // every rank the same run, checkpoints included (docs/distributed.md), before anything else
     json same = run_options_json(o);
     same.erase("threads");
