@@ -218,8 +218,8 @@ void structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const B
   {
     NoRecordScope<T> none;
     const BatchT<T> probe = synthetic_records(like, 1, 1, rng);
-    const ArrayT<T>& out = model.forward(probe).value();
-    if (out.dimension() >= 2) classes = out.shape()[1];
+    const TensorT<T> out = model.forward(probe);  // kept: value() refers into the tensor's node
+    if (out.value().dimension() >= 2) classes = out.value().shape()[1];
   }
   BatchT<T> records = synthetic_records(like, kRecords, classes, rng);
   if (transform) {

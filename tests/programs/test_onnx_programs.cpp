@@ -21,26 +21,15 @@
 #include "onnx/onnx.hpp"
 #include "optim/checkpoint/npy.hpp"
 #include "support/onnx_graph.hpp"
+#include "support/programs.hpp"
 #include "support/temp_dir.hpp"
 
 using dpgrad::test::OnnxGraph;
 
 namespace {
 
-struct Run {
-  int status;
-  std::string out;
-};
-
-Run run(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using dpgrad::test::Run;
+Run run(const std::string& cmd) { return dpgrad::test::run_shell(cmd); }
 
 const std::string train = DPGRAD_TRAIN;
 const std::string predict = DPGRAD_PREDICT;
