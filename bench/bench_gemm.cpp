@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <utility>
@@ -52,13 +53,20 @@ std::vector<GemmShape> step_gemms(const std::string& model, std::size_t b, std::
     add_linear(g, "dense2", b, 64, 2, true);
   } else if (model == "transformer") {
     // per block: q, k, v, out (d x d) and the MLP (d x 4d, 4d x d) over every position;
-    // the attention products q k^T and weights x v are products of activations, per head
+    // the attention products (q k^T, weights x v and their four backward products) are
+    // products of activations, per sample and head
     const std::size_t d = 64, heads = 4, dk = d / heads, blocks = 2;
     add_linear(g, "attention projections", b * length, d, d, true, 4 * blocks);
     add_linear(g, "mlp up", b * length, d, 4 * d, true, blocks);
     add_linear(g, "mlp down", b * length, 4 * d, d, true, blocks);
-    g.push_back({false, true, length, length, dk, b * heads * blocks, "scores q k^T fwd"});
-    g.push_back({false, false, length, dk, length, b * heads * blocks, "weighted values fwd"});
+    const std::size_t pairs = b * heads * blocks;
+    g.push_back({false, true, length, length, dk, pairs, "scores q k^T fwd"});
+    g.push_back({false, false, length, dk, length, pairs, "weighted values fwd"});
+    // backward, P the weights: dP = dO v^T, dv = P^T dO, dq = dS k, dk = dS^T q
+    g.push_back({false, true, length, length, dk, pairs, "attention dP"});
+    g.push_back({true, false, length, dk, length, pairs, "attention dv"});
+    g.push_back({false, false, length, dk, length, pairs, "attention dq"});
+    g.push_back({true, false, length, dk, length, pairs, "attention dk"});
     add_linear(g, "dense", b, d, 2, true);
   } else if (model == "scatter-linear") {
     add_linear(g, "dense", b, 7 * 7 * 81, 10, true);
@@ -87,7 +95,7 @@ GemmLoop::GemmLoop(std::vector<GemmShape> gemms, bool openblas_threads)
   }
   a_.resize(a_max);
   b_.resize(b_max);
-  c_.assign(c_max, 0.0f);
+  c_.assign(c_max * std::size_t(parallel::threads()), 0.0f);  // small repeated products: one C per thread
   for (std::size_t i = 0; i < a_.size(); ++i) a_[i] = float(int(i % 17) - 8) * 0.01f;
   for (std::size_t i = 0; i < b_.size(); ++i) b_[i] = float(int(i % 13) - 6) * 0.01f;
 }
@@ -103,7 +111,19 @@ double GemmLoop::pass() {
     }
   } threads_scope(openblas_threads_);
   auto t0 = std::chrono::steady_clock::now();
-  for (const auto& s : gemms_)
+  for (const auto& s : gemms_) {
+    // products too small for blas::gemm to split (attention's, per sample and
+    // head) run their repetitions spread over the engine's threads, as the step does
+    if (!openblas_threads_ && s.count > 1 && s.m * s.n * s.k < (std::size_t(1) << 21)) {
+      const std::size_t c_len = c_.size() / std::size_t(parallel::threads());
+      std::atomic<std::size_t> slot{0};
+      parallel::for_range(s.count, 1, [&](std::size_t r0, std::size_t r1) {
+        float* c = c_.data() + slot.fetch_add(1) * c_len;
+        for (std::size_t r = r0; r < r1; ++r)
+          blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a_.data(), b_.data(), 0.0f, c);
+      });
+      continue;
+    }
     for (std::size_t r = 0; r < s.count; ++r)
       if (openblas_threads_)
         cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
@@ -111,6 +131,7 @@ double GemmLoop::pass() {
                     s.trans_b ? int(s.k) : int(s.n), 0.0f, c_.data(), int(s.n));
       else
         blas::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a_.data(), b_.data(), 0.0f, c_.data());
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

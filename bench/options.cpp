@@ -70,6 +70,9 @@ Parsed parse_bench_options(int argc, const char* const* argv) {
   app.add_flag("--noise-cost", p.noise_cost,
                "time one step's noise alone (normal vs grid, seeded and secure generators) against the "
                "method's step (--methods: one method, default ghost)");
+  app.add_flag("--norm-routes", p.norm_routes,
+               "time the two routes to the per-sample norms of each weight (the Gram of its steps, ghost; and "
+               "materialising each sample's gradient) on one recorded batch, against the route picked by shapes");
   app.add_flag("--paired", p.paired,
                "two models (--model A,B, e.g. a built-in one and its ONNX import), one method: their steps "
                "interleaved in one process, A, B, A, B, ..., and the median of the pairwise ratios B / A");

@@ -38,6 +38,7 @@ struct Parsed {
   Options options;
   std::set<std::string> given;   // the flags on the command line
   bool noise_cost = false;       // --noise-cost
+  bool norm_routes = false;      // --norm-routes
   bool paired = false;           // --paired
   std::optional<int> exit_code;  // --help (0) or a command-line error (2): exit with it
 };

@@ -81,6 +81,21 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
   split_gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 
+template <class T>
+void gemm_strided(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+                  const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) scale_only(n, beta, c + i * ldc);
+    return;
+  }
+  raw_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+template void gemm_strided<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,
+                                  const float*, std::size_t, float, float*, std::size_t);
+template void gemm_strided<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,
+                                   std::size_t, const double*, std::size_t, double, double*, std::size_t);
+
 template <>
 void gemv<float>(bool ta, std::size_t m, std::size_t n, float alpha, const float* a, const float* x, float beta,
                  float* y) {

@@ -11,6 +11,13 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           const T* b, T beta, T* c);
 
+/// The same on strided row-major views: A, B and C with leading dimensions
+/// lda, ldb, ldc (the distance between consecutive rows), one OpenBLAS call
+/// in the calling thread (attention reads each head's columns in place).
+template <class T>
+void gemm_strided(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                  std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc);
+
 /// y = alpha op(A) x + beta y, A (M, N) row-major: op(A) x is (M) or, transposed, (N).
 /// (OpenBLAS runs a GEMM with M = 1 as a GEMM, several times slower than this.)
 template <class T>

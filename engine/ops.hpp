@@ -101,6 +101,26 @@ template <class T> TensorT<T> stack(const std::vector<TensorT<T>>& xs, std::size
 template <class T>
 TensorT<T> pad(const TensorT<T>& x, std::vector<std::size_t> before, std::vector<std::size_t> after, T value = T(0));
 
+// ---- fused layers (engine/ops/attention.cpp, engine/ops/layer_norm.cpp; docs/fused-ops.md) ----
+/// Multi-head scaled dot-product attention, one op: q (B, Lq, H dk), k (B, Lk, H dk),
+/// v (B, Lk, H dv) -> (B, Lq, H dv), head h reading and writing columns
+/// [h dk, (h + 1) dk) in place. Per sample and head, softmax(scale q k^T) v with
+/// scale 1 / sqrt(dk) when `scale` is 0; keys where `key_mask` (B, Lk) or (B, 1, 1, Lk) (0-d, the default: none)
+/// is nonzero get weight 0 (all of a sample's keys masked: every weight 1 / Lk,
+/// as a masked_fill with a large negative value gives). Keeps only each score
+/// row's log-sum-exp and recomputes the weights in blocks of keys.
+///   with P = softmax(s): dv = P^T dout, ds = P (dout v^T - rowsum(dout out)),
+///   dq = scale ds k, dk = scale ds^T q (0 through masked scores)
+template <class T>
+TensorT<T> attention(const TensorT<T>& q, const TensorT<T>& k, const TensorT<T>& v, std::size_t heads,
+                     const ArrayT<T>& key_mask = {}, double scale = 0);
+/// LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * gain + shift, x (..., d),
+/// gain and shift (d) or both undefined. Gain and shift are recorded as elementwise
+/// parameter uses (docs/per-sample.md).
+///   xhat = (x - mean) rstd; dx = rstd (u - mean(u) - xhat mean(u xhat)), u = dy gain
+template <class T>
+TensorT<T> layer_norm(const TensorT<T>& x, const TensorT<T>& gain, const TensorT<T>& shift, double eps = 1e-5);
+
 // ---- parametric ops (engine/ops/linear.cpp, engine/ops/gather.cpp) ----
 /// x W + b: x (B, ..., d), W (d, p), b (p) or undefined -> (B, ..., p). BLAS GEMMs.
 /// Records per-sample uses of W and b when the tape asks (engine/tape.hpp).

@@ -44,7 +44,8 @@ NoRecordScope<T>::~NoRecordScope() {
 template <class T>
 void TapeT<T>::record(std::unique_ptr<Op<T>> op, std::vector<std::shared_ptr<Node<T>>> inputs,
                       std::shared_ptr<Node<T>> output) {
-  entries_.push_back(Entry{std::move(op), std::move(inputs), std::move(output)});
+  const char* name = op->name();
+  entries_.push_back(Entry{std::move(op), std::move(inputs), std::move(output), name});
   Entry& e = entries_.back();
   e.op->on_record(*this, std::span<const std::shared_ptr<Node<T>>>(e.inputs));
 }
@@ -72,8 +73,24 @@ void TapeT<T>::backward(const TensorT<T>& loss) {
 }
 
 template <class T>
+void TapeT<T>::release(Entry& e) {
+  e.op.reset();
+  e.output.reset();
+  std::erase_if(e.inputs, [](const std::shared_ptr<Node<T>>& n) { return !n->is_parameter; });
+  released_ = true;
+}
+
+template <class T>
+void TapeT<T>::check_not_released(const char* what) const {
+  if (released_)
+    throw std::logic_error(std::string(what) +
+                           ": this tape released its records during a backward pass (release_during_backward)");
+}
+
+template <class T>
 void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
   if (!out.defined()) throw std::invalid_argument("backward: undefined tensor");
+  check_not_released("backward");
   if (shape_of(seed) != out.shape())
     throw std::invalid_argument("backward: seed shape " + shape_str(shape_of(seed)) +
                                 " differs from output shape " + shape_str(out.shape()));
@@ -88,7 +105,10 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
   for (std::size_t i = entries_.size(); i-- > 0;) {
     Entry& e = entries_[i];
     Node<T>* o = e.output.get();
-    if (!o->has_grad) continue;
+    if (!o->has_grad) {
+      if (release_ && o != root) release(e);
+      continue;
+    }
     values.clear();
     slots.clear();
     for (auto& in : e.inputs) {
@@ -107,6 +127,7 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
       o->grad = ArrayT<T>();
       o->has_grad = false;
     }
+    if (release_ && o != root) release(e);
   }
 }
 
@@ -115,6 +136,7 @@ ArrayT<T> TapeT<T>::push_tangents(const std::vector<std::pair<const Node<T>*, co
                                   const TensorT<T>& out, std::size_t k) const {
   if (!out.defined()) throw std::invalid_argument("push_tangents: undefined output");
   if (k == 0) throw std::invalid_argument("push_tangents: needs at least one direction");
+  check_not_released("push_tangents");
   std::unordered_map<const Node<T>*, const ArrayT<T>*> seed_of;
   for (const auto& [node, t] : seeds) {
     Shape want{k};
@@ -160,20 +182,23 @@ ArrayT<T> TapeT<T>::push_tangents(const std::vector<std::pair<const Node<T>*, co
 template <class T>
 std::size_t TapeT<T>::recorded_elements() const {
   std::size_t n = 0;
-  for (const auto& e : entries_) n += e.output->value.size();
+  for (const auto& e : entries_)
+    if (e.output) n += e.output->value.size();
   return n;
 }
 
 template <class T>
 std::size_t TapeT<T>::largest_recorded() const {
   std::size_t n = 0;
-  for (const auto& e : entries_) n = std::max(n, e.output->value.size());
+  for (const auto& e : entries_)
+    if (e.output) n = std::max(n, e.output->value.size());
   return n;
 }
 
 template <class T>
 void TapeT<T>::clear() {
   entries_.clear();
+  released_ = false;
   grouped_.clear();
   group_of_.clear();
   use_store_.clear();
@@ -231,8 +256,8 @@ std::vector<std::string> TapeT<T>::ops_reading(const Node<T>* node) const {
   std::vector<std::string> names;
   for (const Entry& e : entries_)
     for (const auto& in : e.inputs)
-      if (in.get() == node && std::find(names.begin(), names.end(), e.op->name()) == names.end())
-        names.push_back(e.op->name());
+      if (in.get() == node && std::find(names.begin(), names.end(), e.name) == names.end())
+        names.push_back(e.name);
   return names;
 }
 

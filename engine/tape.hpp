@@ -87,6 +87,14 @@ class TapeT {
   /// freed as soon as they have been propagated.
   void retain_grads(bool on) { retain_grads_ = on; }
 
+  /// Drop each record as soon as backward has run its vjp: the op, and the
+  /// tape's hold on its output and on every input that is not a parameter, so
+  /// that activations are freed while backward runs instead of after it. The
+  /// tape then runs no second backward and pushes no tangents. Parameter uses
+  /// keep what they hold (their inputs and cotangents). Off by default; the
+  /// clipping strategies turn it on (one backward per tape).
+  void release_during_backward(bool on) { release_ = on; }
+
   /// Per-sample recording: parametric ops note their uses of parameters.
   /// With param_grads = false they skip the summed parameter gradient too
   /// (strategies that build it from the uses themselves).
@@ -104,12 +112,17 @@ class TapeT {
 
  private:
   struct Entry {
-    std::unique_ptr<Op<T>> op;
-    std::vector<std::shared_ptr<Node<T>>> inputs;
+    std::unique_ptr<Op<T>> op;  // null once released
+    std::vector<std::shared_ptr<Node<T>>> inputs;  // released: parameters only
     std::shared_ptr<Node<T>> output;
+    const char* name = "";
   };
+  void release(Entry& e);
+  void check_not_released(const char* what) const;
   std::vector<Entry> entries_;
   bool retain_grads_ = false;
+  bool release_ = false;
+  bool released_ = false;  // some record was dropped
   bool record_uses_ = false;
   bool param_grads_ = true;
   std::deque<ParamUse<T>> use_store_;  // stable addresses

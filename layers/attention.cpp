@@ -35,14 +35,10 @@ TensorT<T> MultiHeadAttentionT<T>::forward(const TensorT<T>& x, const ArrayT<T>&
   if (x.dim() != 3 || x.shape()[2] != dim_)
     throw std::invalid_argument("attention(" + std::to_string(dim_) + "): input of shape " + shape_str(x.shape()) +
                                 " is not (B, L, " + std::to_string(dim_) + ")");
-  const std::size_t b = x.shape()[0], len = x.shape()[1], dk = dim_ / heads_;
-  // (B, L, d) -> (B, heads, L, dk)
-  auto split = [&](const TensorT<T>& t) { return transpose(reshape(t, {b, len, heads_, dk}), {0, 2, 1, 3}); };
-  const TensorT<T> q = split(q_.forward(x)), k = split(k_.forward(x)), v = split(v_.forward(x));
-  TensorT<T> scores = scale(matmul(q, k, true), T(1.0 / std::sqrt(double(dk))));  // (B, heads, L, L)
-  if (mask.size() > 0) scores = masked_fill(scores, mask, T(-1e9));
-  const TensorT<T> mixed = matmul(softmax(scores, 3), v);                           // (B, heads, L, dk)
-  return out_.forward(reshape(transpose(mixed, {0, 2, 1, 3}), {b, len, dim_}));
+  // one fused op reads each head's columns of q, k, v (B, L, d) in place and writes
+  // the heads side by side, (B, L, d): no split or merge of the heads is copied
+  const TensorT<T> mixed = attention(q_.forward(x), k_.forward(x), v_.forward(x), heads_, mask);
+  return out_.forward(mixed);
 }
 
 template <class T>

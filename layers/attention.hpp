@@ -1,5 +1,5 @@
 // Self-attention and the pre-LN transformer encoder block, from engine ops
-// only (linear, matmul of activations, softmax, masked_fill, LayerNorm, GELU):
+// only (linear, the fused attention op, layer_norm, GELU):
 // every parameter is a linear weight or an elementwise parameter, so every
 // clipping strategy gets exact per-sample norms with no code here
 // (docs/adding-a-layer.md). Attention mixes positions within a sequence, never

@@ -45,9 +45,7 @@ TensorT<T> LayerNormT<T>::forward(const TensorT<T>& x) {
   if (x.dim() < 2 || x.shape().back() != dim_)
     throw std::invalid_argument("LayerNorm(" + std::to_string(dim_) + "): input of shape " + shape_str(x.shape()) +
                                 " has no last axis of that size after the batch axis");
-  TensorT<T> y = normalise(x, {x.dim() - 1}, eps_);
-  if (gain_.defined()) y = add(mul(y, gain_), shift_);
-  return y;
+  return layer_norm(x, gain_, shift_, eps_);  // one fused op; gain and shift recorded as elementwise uses
 }
 
 template <class T>

@@ -105,6 +105,7 @@ template <class T>
 double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps) {
   zero_grads(ps);
   tape.record_uses(true, false);
+  tape.release_during_backward(true);  // the uses keep what the rules read; the rest goes as backward runs
   RecordScope<T> scope(tape);
   TensorT<T> losses = per_sample_losses(model, batch);
   check_per_sample_tape(tape, losses, batch.examples());
@@ -169,6 +170,7 @@ class NoneStrategy final : public ClipStrategyT<T> {
     zero_grads(ps);
     if (batch.size() > 0) {
       TapeT<T> tape;
+      tape.release_during_backward(true);  // activations freed as backward goes
       RecordScope<T> scope(tape);
       TensorT<T> losses = per_sample_losses(model, batch);
       res.loss_sum = loss_total(losses);
@@ -193,6 +195,7 @@ class NaiveStrategy final : public ClipStrategyT<T> {
       BatchT<T> one = batch.select({i});
       zero_grads(ps);
       TapeT<T> tape;
+      tape.release_during_backward(true);
       RecordScope<T> scope(tape);
       TensorT<T> loss = per_sample_losses(model, one);
       res.loss_sum += loss_total(loss);
@@ -327,6 +330,7 @@ class JlStrategy final : public ClipStrategyT<T> {
     dirs.clear();
     ArrayT<T> c = factors(norms_sq, clip_norm, model.parameter_count(), res);
     profile::Scope timed("jl weighted backward (all vjps)");
+    tape.release_during_backward(true);
     tape.backward(losses, c);  // one backward of sum_i c_i loss_i
     for (auto& p : ps) res.sum.push_back(p.grad());
     zero_grads(ps);
@@ -382,6 +386,7 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
       if (index.empty()) continue;
       zero_grads(ps);
       TapeT<T> tape;
+      tape.release_during_backward(true);
       RecordScope<T> scope(tape);
       TensorT<T> losses = per_sample_losses(model, batch.select(index));
       res.loss_sum += loss_total(losses);

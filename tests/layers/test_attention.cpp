@@ -3,17 +3,20 @@
 // per-example loop (sequences of different lengths), and jl:K's chi2 law.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <doctest/doctest.h>
 
 #include "engine/ops.hpp"
 #include "engine/tape.hpp"
+#include "data/datasets.hpp"
 #include "layers/attention.hpp"
 #include "layers/models.hpp"
 #include "optim/clipping/check_per_sample.hpp"
 #include "optim/clipping/clipping.hpp"
 #include "support/check.hpp"
 #include "support/jl.hpp"
+#include "support/reference_ops.hpp"
 
 using namespace dpgrad;
 using test::randn;
@@ -47,7 +50,74 @@ BatchT<double> sequences(std::size_t b, std::size_t len, Rng& rng) {
   return batch;
 }
 
+/// The transformer classifier as layers/models.cpp composed it before the fused
+/// ops, on the model's own parameters (by name): the reference its outputs and
+/// gradients must match up to rounding.
+template <class T>
+TensorT<T> reference_transformer(const ModelT<T>& model, const BatchT<T>& batch, const TransformerOptions& o) {
+  std::map<std::string, TensorT<T>> p;
+  for (const auto& t : model.parameters()) p[t.name()] = t;
+  auto dense = [&](const TensorT<T>& x, const std::string& n) { return linear(x, p.at(n + ".weight"), p.at(n + ".bias")); };
+  auto norm = [&](const TensorT<T>& x, const std::string& n) {
+    return test::reference_layer_norm(x, p.at(n + ".gain"), p.at(n + ".shift"), 1e-5);
+  };
+  const std::size_t b = batch.tokens.shape()[0], len = batch.tokens.shape()[1];
+  const ArrayT<T> mask = key_padding_mask<T>(batch.lengths, len);
+  TensorT<T> h = add(gather(p.at("embedding.weight"), batch.tokens, 0), p.at("positions.table"));
+  for (std::size_t i = 1; i <= o.blocks; ++i) {
+    const std::string n = "block" + std::to_string(i);
+    const TensorT<T> y = norm(h, n + ".norm1");
+    const TensorT<T> a = test::reference_attention(dense(y, n + ".attention.query"), dense(y, n + ".attention.key"),
+                                                   dense(y, n + ".attention.value"), o.heads, mask);
+    h = add(h, dense(a, n + ".attention.out"));
+    h = add(h, dense(gelu(dense(norm(h, n + ".norm2"), n + ".mlp1")), n + ".mlp2"));
+  }
+  h = norm(h, "final_norm");
+  ArrayT<T> weights = xt::zeros<T>({b, len, std::size_t(1)});
+  for (std::size_t i = 0; i < b; ++i)
+    for (std::int32_t t = 0; t < batch.lengths[i]; ++t) weights(i, std::size_t(t), 0) = T(1) / T(batch.lengths[i]);
+  return dense(sum(mul(h, constant(std::move(weights))), {1}), "dense");
+}
+
 }  // namespace
+
+TEST_CASE("attention: the transformer's outputs and gradients are the old composition's up to rounding") {
+  FastRng init(20), data(21);
+  const TransformerOptions o = small();
+  auto model = make_transformer<double>(init, o);
+  BatchT<double> batch = sequences(4, 6, data);
+  batch.lengths[1] = 6;
+  const A u = randn<double>({4, 3}, data);
+  auto run = [&](bool reference) {
+    for (auto p : model->parameters()) p.zero_grad();
+    TapeT<double> tape;
+    RecordScope<double> scope(tape);
+    const D logits = reference ? reference_transformer(*model, batch, o) : model->forward(batch);
+    tape.backward(logits, u);
+    std::vector<A> r{logits.value()};
+    for (const auto& p : model->parameters()) r.push_back(p.grad());
+    return r;
+  };
+  const auto fused = run(false), composed = run(true);
+  REQUIRE(fused.size() == composed.size());
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    CAPTURE(i);
+    // floor 1e-6: the key bias's gradient is 0 in exact arithmetic (softmax ignores a
+    // shift shared by a row's scores) and rounding leaves about 1e-17 in both
+    const std::string diff = test::mismatch(fused[i], composed[i], 1e-10, 1e-6);
+    INFO(diff);
+    CHECK(diff.empty());
+  }
+  // float, the bench's transformer on two sequences (one padded): outputs to float rounding
+  FastRng finit(22), fdata(23);
+  auto big = make_transformer<float>(finit);
+  BatchT<float> fb = data::synthetic_tokens(2, 150, 8185, 24);
+  fb.lengths[1] = 97;
+  NoRecordScope<float> none;
+  CHECK(test::mismatch(big->forward(fb).value(), reference_transformer(*big, fb, TransformerOptions{}).value(), 1e-4,
+                       1e-4)
+            .empty());
+}
 
 TEST_CASE("attention: padded positions change nothing, and the heads must divide the width") {
   FastRng init(1), data(2);
