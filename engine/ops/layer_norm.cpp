@@ -28,6 +28,7 @@ struct LayerNormOp final : Op<T> {
   std::size_t rows = 0, d = 0;
   std::vector<T> mean, rstd;  // (rows): each row's mean and 1 / sqrt(var + eps)
   ParamUse<T>* uses[2] = {nullptr, nullptr};  // gain (as y = xhat * gain), shift (as y = . + shift)
+  SamplesToFront moved[2];  // a use whose rule reads the samples moved to the front (time-major): how to move dout
   bool param_grads = true;
   LayerNormOp(T e, bool a) : eps(e), affine(a) {}
   const char* name() const override { return "layer_norm"; }
@@ -188,14 +189,17 @@ struct LayerNormOp final : Op<T> {
         for (std::size_t r = r0; r < r1; ++r) normalised_row(px, r, ph + r * d);
       });
       xhat->samples = in[0]->samples;
-      uses[0] = detail::record_elementwise_use<T>(tape, in[1], xhat, true, false, out, name());
+      uses[0] = detail::record_elementwise_use<T>(tape, in[1], xhat, true, false, out, name(), moved[0]);
     }
-    if (in[2]->is_parameter) uses[1] = detail::record_elementwise_use<T>(tape, in[2], in[0], false, false, out, name());
+    if (in[2]->is_parameter)
+      uses[1] = detail::record_elementwise_use<T>(tape, in[2], in[0], false, false, out, name(), moved[1]);
   }
   bool keeps_output_grad() const override { return uses[0] || uses[1]; }
   void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {
-    for (auto* u : uses)
-      if (u) u->delta = dout;
+    for (int i = 0; i < 2; ++i)
+      if (uses[i])
+        uses[i]->delta =
+            moved[i].identity ? dout : std::make_shared<const ArrayT<T>>(detail::samples_in_front<T>(*dout, moved[i]));
   }
 };
 
