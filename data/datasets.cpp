@@ -178,6 +178,13 @@ std::vector<std::size_t> shard_positions(std::size_t n, int rank, int size) {
   return rows;
 }
 
+std::vector<std::size_t> keep_shard(DataSplit& split, int rank, int size) {
+  std::vector<std::size_t> positions = shard_positions(split.train.examples(), rank, size);
+  split.train = split.train.select(positions);
+  split.test = split.test.select(shard_positions(split.test.examples(), rank, size));
+  return positions;
+}
+
 namespace {
 
 /// The first n examples (all when n is 0).

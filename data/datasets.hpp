@@ -42,6 +42,11 @@ void check_dataset_options(const DatasetOptions& opts);
 /// The positions rank, rank + size, ... below n: one rank's shard of a data-parallel run.
 std::vector<std::size_t> shard_positions(std::size_t n, int rank, int size);
 
+/// Keeps rank `rank`'s shard of the training and the test set (shard_positions;
+/// records keep their ids) and returns the kept training records' positions in
+/// the whole training set (PrivateTrainingConfig::positions).
+std::vector<std::size_t> keep_shard(DataSplit& split, int rank, int size);
+
 /// "fashion-mnist", "mnist" (IDX files in $DPGRAD_MNIST or /usr/share/datasets/mnist),
 /// "idx:PATH", "text:PATH" (PATH/train and PATH/test class folders),
 /// "spamassassin", "synthetic" or "synthetic-text". Text is encoded with

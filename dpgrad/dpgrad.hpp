@@ -9,6 +9,7 @@
 #include "data/idx.hpp"
 #include "data/text_folder.hpp"
 #include "engine/communicator.hpp"
+#include "engine/progress.hpp"
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"

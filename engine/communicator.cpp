@@ -1,7 +1,14 @@
 // Communicator (engine/communicator.hpp): the single-process one and helpers.
 #include "engine/communicator.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 #include <map>
 #include <stdexcept>
 #include <vector>
@@ -135,13 +142,86 @@ void require_single_process() {
                                 "spend the privacy budget again (dpgrad-train is the data-parallel program)");
 }
 
-#if !DPGRAD_HAVE_MPI
+namespace {
+std::shared_ptr<Communicator> (*world_factory)() = nullptr;  // set when dpgrad-mpi is linked
+}  // namespace
+
+void set_world_communicator_factory(std::shared_ptr<Communicator> (*factory)()) { world_factory = factory; }
+
 std::shared_ptr<Communicator> world_communicator() {
   if (!launched_by_mpi_launcher()) return nullptr;
-  throw std::runtime_error("an MPI launcher started this process, but this dpgrad was built without MPI (meson "
-                           "-Dmpi=enabled with libopenmpi-dev): each process would train alone");
+  if (world_factory) return world_factory();
+  throw std::runtime_error(DPGRAD_HAVE_MPI ? "an MPI launcher started this process, but this program was linked without "
+                                             "dpgrad-mpi (pkg-config dpgrad-mpi, CMake dpgrad::mpi): each process "
+                                             "would train alone"
+                                           : "an MPI launcher started this process, but this dpgrad was built without "
+                                             "MPI (meson -Dmpi=enabled with libopenmpi-dev): each process would "
+                                             "train alone");
 }
-#endif
+
+int threads_per_rank(const Communicator* comm, int asked) {
+  if (asked > 0 || !comm || comm->size() == 1 || std::getenv("DPGRAD_THREADS")) return asked;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int sharing = local ? std::max(1, std::atoi(local)) : comm->size();
+  return std::max(1, int(std::thread::hardware_concurrency()) / sharing);
+}
+
+namespace {
+
+/// Standard output and error go to /dev/null while it lives (error messages are printed after it).
+class QuietRank {
+ public:
+  QuietRank() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    saved_err_ = ::dup(2);
+    if (const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC); null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::close(null);
+    }
+  }
+  ~QuietRank() {
+    std::fflush(stderr);
+    if (saved_err_ >= 0) {
+      ::dup2(saved_err_, 2);
+      ::close(saved_err_);
+    }
+  }
+  QuietRank(const QuietRank&) = delete;
+  QuietRank& operator=(const QuietRank&) = delete;
+
+ private:
+  int saved_err_ = -1;
+};
+
+}  // namespace
+
+int run_on_every_rank(const std::string& program,
+                      const std::function<int(const std::shared_ptr<Communicator>&)>& body,
+                      const std::string& out_of_memory) {
+  std::shared_ptr<Communicator> comm;
+  std::optional<QuietRank> quiet;
+  auto fail = [&](const std::string& message, bool alone) {
+    quiet.reset();  // every rank's error is shown
+    const std::string where = comm && comm->size() > 1 ? " (rank " + std::to_string(comm->rank()) + ")" : "";
+    std::fprintf(stderr, "%s: error%s: %s\n", program.c_str(), where.c_str(), message.c_str());
+    std::fflush(stderr);
+    if (alone && comm && comm->size() > 1) comm->abort(2);
+    return 2;
+  };
+  try {
+    comm = world_communicator();
+    if (comm && comm->rank() != 0) quiet.emplace();
+    return body(comm);
+  } catch (const RefusedOnAllRanks& e) {  // every rank refused together: none waits, so each ends normally
+    return fail(e.what(), false);
+  } catch (const std::bad_alloc&) {
+    return fail(out_of_memory, true);
+  } catch (const std::exception& e) {
+    return fail(e.what(), true);
+  }
+}
 
 void share_generator(Communicator& comm, Rng& rng) {
   require_private_generator(rng, "shared (sampling, directions)");

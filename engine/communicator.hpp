@@ -3,10 +3,11 @@
 // share of every logical batch, the clipped sums are added up across ranks,
 // each coordinate is noised once, and every rank gets the same noised sum
 // back. single_process() is
-// the communicator of one process; engine/mpi.hpp has MPI's (built with -Dmpi).
+// the communicator of one process; engine/mpi.hpp has MPI's (the dpgrad-mpi library).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -83,10 +84,33 @@ bool launched_by_mpi_launcher();
 void require_single_process();
 
 /// MPI_COMM_WORLD (MPI initialised on first call, finalised at exit) when an MPI
-/// launcher started this process; null otherwise. Throws std::runtime_error when
-/// a launcher started it but this build has no MPI (each process would train
-/// alone, as many runs, each spending the privacy budget).
+/// launcher started this process; null otherwise. MPI comes with the dpgrad-mpi
+/// library (pkg-config dpgrad-mpi, CMake dpgrad::mpi; docs/distributed.md): a
+/// program linked without it that a launcher started gets std::runtime_error
+/// (each process would train alone, as many runs, each spending the budget).
 std::shared_ptr<Communicator> world_communicator();
+
+/// Engine threads for one process: `asked` when it is > 0, when DPGRAD_THREADS
+/// is set, or when `comm` is null or of one rank; otherwise the machine's cores
+/// shared among the ranks on it (OMPI_COMM_WORLD_LOCAL_SIZE, or all ranks), at
+/// least 1. 0 means "every core".
+int threads_per_rank(const Communicator* comm, int asked);
+
+/// dpgrad-mpi's hook (engine/mpi.cpp): the function world_communicator() calls
+/// under an MPI launcher. Programs do not call it.
+void set_world_communicator_factory(std::shared_ptr<Communicator> (*factory)());
+
+/// Runs a program's body as one run over every process an MPI launcher started
+/// (or over this process alone: comm null). Ranks other than 0 print nothing
+/// while the body runs. An exception ends the body on its rank: its message is
+/// printed as "PROGRAM: error (rank R): MESSAGE" on standard error, and the
+/// return is 2. A RefusedOnAllRanks ends every rank normally; any other
+/// exception on a rank of several aborts the job (the others would wait for it
+/// forever). std::bad_alloc is reported as `out_of_memory`. Returns the body's
+/// return otherwise (docs/distributed.md).
+int run_on_every_rank(const std::string& program,
+                      const std::function<int(const std::shared_ptr<Communicator>&)>& body,
+                      const std::string& out_of_memory = "out of memory");
 
 class Rng;
 

@@ -3,7 +3,6 @@
 // without a canary and turns a threshold test on the released update into a
 // bound that holds with the chosen confidence; prints it beside the epsilon the
 // accountant claims for the same configuration.
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/progress.hpp"
 #include "optim/audit/audit.hpp"
 #include "privacy/accountant.hpp"
 #include "programs/audit/options.hpp"
@@ -26,16 +26,8 @@ int run(int argc, char** argv) {
   if (parsed.exit_code) return *parsed.exit_code;
   const AuditConfig& c = parsed.config;
   const bool json_out = parsed.json;
-  const bool tty = isatty(fileno(stderr));
-  long last_tenth = -1;
-  const AuditResult r = run_audit(c, [&](long done, long total) {
-    if (json_out && !tty) return;
-    const long tenth = done * 10 / total;
-    if (tty) fmt::print(stderr, "\r  trial {}/{}", done, total);
-    else if (tenth != last_tenth) fmt::print(stderr, "  trial {}/{}\n", done, total);
-    last_tenth = tenth;
-    if (tty && done == total) fmt::print(stderr, "\n");
-  });
+  Progress progress("trial", json_out);  // trial counts only
+  const AuditResult r = run_audit(c, [&](long done, long total) { progress.update(done, total); });
   const double ratio = std::isfinite(r.accountant_epsilon) && r.accountant_epsilon > 0
                            ? r.epsilon_lower_bound / r.accountant_epsilon
                            : NAN;

@@ -2,16 +2,11 @@
 // The run itself (its plan, the loop, save-before-release, releases before
 // training, resume) is the library's: this program reads its options, loads
 // the data, builds the model and the config, and says what happened.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <set>
 #include <string>
-#include <thread>
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -22,6 +17,7 @@
 #include "engine/blas.hpp"
 #include "engine/check.hpp"
 #include "engine/communicator.hpp"
+#include "engine/progress.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
 #include "layers/models.hpp"
@@ -42,26 +38,6 @@ using namespace dpgrad::train;
 using json = nlohmann::json;
 
 namespace {
-
-/// Ranks other than 0 print nothing of the run: their standard output and error
-/// go to /dev/null until destruction (error messages are printed after it).
-struct QuietRank {
-  QuietRank() {
-    std::fflush(stdout);
-    std::fflush(stderr);
-    saved_err = ::dup(2);
-    if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) {
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-      ::close(null);
-    }
-  }
-  ~QuietRank() {
-    std::fflush(stderr);
-    if (saved_err >= 0) ::dup2(saved_err, 2);
-  }
-  int saved_err = -1;
-};
 
 /// The data a run trains and is tested on: this rank's shards, and the training records' positions.
 struct RunData {
@@ -92,11 +68,7 @@ RunData load_data(const Options& o, ModelInput input, const Communicator* comm,
   require(s.tokens == (input == ModelInput::tokens),
           o.model + (s.tokens ? " reads images, and " + o.dataset + " is text" : " reads text, and " + o.dataset +
                                                                                   " holds images"));
-  if (comm) {  // each rank keeps its shard (records keep their ids, which key per-record rules)
-    d.positions = data::shard_positions(s.train.examples(), comm->rank(), comm->size());
-    s.train = s.train.select(d.positions);
-    s.test = s.test.select(data::shard_positions(s.test.examples(), comm->rank(), comm->size()));
-  }
+  if (comm) d.positions = data::keep_shard(s, comm->rank(), comm->size());  // records keep their ids
   if (input == ModelInput::scattering) {  // fixed and data-independent: computed once, no privacy cost
     require(o.augment_views == 0, "--augment-views does not apply to " + o.model + ": its features are computed once");
     const auto t = std::chrono::steady_clock::now();
@@ -175,13 +147,6 @@ PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Co
   c.checkpoints.resume = o.resume;
   c.communicator = comm;
   return c;
-}
-
-/// Engine threads per process when MPI started several on one machine and none were asked for.
-int threads_per_rank(const Communicator* comm, int asked) {
-  if (asked > 0 || !comm || comm->size() == 1 || std::getenv("DPGRAD_THREADS")) return asked;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return std::max(1, int(std::thread::hardware_concurrency()) / (local ? std::max(1, std::atoi(local)) : comm->size()));
 }
 
 int run(Options o, const std::set<std::string>& given, const json* resumed, const std::shared_ptr<Communicator>& comm) {
@@ -275,9 +240,12 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   double seconds_before = resumed ? resumed->value("seconds", 0.0) : 0.0;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  Progress progress(o.json_out);
+  Progress progress("step", o.json_out);
   TrainHooksT<float> hooks;
-  hooks.progress = [&](long done, long total) { progress.update(done, total, trainer.steps_per_epoch()); };
+  hooks.progress = [&](long done, long total) {  // shown per epoch
+    const long per = trainer.steps_per_epoch(), epoch = (done - 1) / per;
+    progress.update(done - epoch * per, std::min(per, total - epoch * per), fmt::format("epoch {:>3}", epoch + 1));
+  };
   hooks.record_epoch = [&](const EpochReport& e) { history.push_back(epoch_row(facts, e)); };
   hooks.extra = [&] {  // the classes let dpgrad-predict rebuild the model
     return json{{"options", run_options_json(o)}, {"classes", d.split.classes}, {"history", history}, {"seconds", elapsed()}};
@@ -313,53 +281,20 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
 int main(int argc, char** argv) {
   if (const auto closed = refuse_closed_standard_output("dpgrad-train")) return *closed;
   keep_freed_memory();
-  std::shared_ptr<Communicator> comm;
-  std::optional<QuietRank> quiet;
   // Under mpirun or srun: one run over every process, rank 0 printing (docs/distributed.md).
-  // A rank that fails alone ends the whole job: the others would wait for it forever.
-  auto fail = [&](const std::string& message, bool alone) {
-    quiet.reset();  // every rank's error is shown
-    const std::string where = comm && comm->size() > 1 ? fmt::format(" (rank {})", comm->rank()) : "";
-    fmt::print(stderr, "dpgrad-train: error{}: {}\n", where, message);
-    std::fflush(stderr);
-    if (alone && comm && comm->size() > 1) comm->abort(2);
-    return 2;
-  };
-  try {
-    comm = world_communicator();
-  } catch (const std::exception& e) {
-    return fail(e.what(), true);
-  }
-  if (comm && comm->rank() != 0) quiet.emplace();
-  ParsedOptions parsed = parse_train_options(argc, argv);
-  if (parsed.exit_code) return *parsed.exit_code;
-  Options& o = parsed.options;
-  try {
-    json resumed;
-    if (o.resume) {  // rank 0 reads the checkpoint's options with the run's key; the others get them from it
-      require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
-      std::string extra, error;
-      if (!comm || comm->rank() == 0) {
-        try {
-          extra = CheckpointDir(o.checkpoint_dir).read_extra().dump();
-        } catch (const std::exception& e) {
-          error = e.what();
+  return run_on_every_rank(
+      "dpgrad-train",
+      [&](const std::shared_ptr<Communicator>& comm) {
+        ParsedOptions parsed = parse_train_options(argc, argv);
+        if (parsed.exit_code) return *parsed.exit_code;
+        Options& o = parsed.options;
+        json resumed;
+        if (o.resume) {  // rank 0 reads the checkpoint's options with the run's key; the others get them from it
+          require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir (the directory of the run to continue)");
+          resumed = restore_run_options(o, parsed.given, CheckpointDir(o.checkpoint_dir).read_extra(comm.get()));
         }
-      }
-      if (comm) {
-        error = broadcast_string(*comm, error);
-        extra = broadcast_string(*comm, extra);
-      }
-      if (!error.empty()) throw CheckpointError(error);
-      resumed = restore_run_options(o, parsed.given, json::parse(extra));
-    }
-    return finish_standard_output("dpgrad-train", run(o, parsed.given, o.resume ? &resumed : nullptr, comm));
-  } catch (const RefusedOnAllRanks& e) {  // every rank refused together: none waits, so each ends normally
-    return fail(e.what(), false);
-  } catch (const std::bad_alloc&) {
-    return fail("out of memory; lower --batch-size, or use --clip-strategy ghost (or microbatch), whose per-sample "
-                "work takes the least memory", true);
-  } catch (const std::exception& e) {
-    return fail(e.what(), true);
-  }
+        return finish_standard_output("dpgrad-train", run(o, parsed.given, o.resume ? &resumed : nullptr, comm));
+      },
+      "out of memory; lower --batch-size, or use --clip-strategy ghost (or microbatch), whose per-sample work takes "
+      "the least memory");
 }

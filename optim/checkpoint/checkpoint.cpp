@@ -17,6 +17,7 @@
 
 #include <xtensor/xnpy.hpp>  // dump_npy: writing
 
+#include "engine/communicator.hpp"
 #include "engine/json.hpp"
 #include "engine/random.hpp"
 #include "optim/checkpoint/npy.hpp"
@@ -379,6 +380,23 @@ json CheckpointDir::read_extra(const RunKey& key) const {
 }
 
 json CheckpointDir::read_extra() const { return read_extra(*RunKey::peek(run_id())); }
+
+json CheckpointDir::read_extra(Communicator* comm) const {
+  std::string extra, error;
+  if (!comm || comm->rank() == 0) {
+    try {
+      extra = read_extra().dump();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (comm) {
+    error = broadcast_string(*comm, error);
+    extra = broadcast_string(*comm, extra);
+  }
+  if (!error.empty()) throw CheckpointError(error);
+  return parse_json(extra, dir_.string() + "/state.json's extra");
+}
 
 template <class T>
 fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json& extra, RunKey& run_key) const {

@@ -29,6 +29,8 @@
 
 namespace dpgrad {
 
+class Communicator;
+
 class Rng;
 class Sampler;
 template <class T>
@@ -83,6 +85,10 @@ class CheckpointDir {
   nlohmann::json read_extra(const RunKey& key) const;
   /// The same with the run's key from the default key store (read, not locked).
   nlohmann::json read_extra() const;
+  /// read_extra() on rank 0 of `comm`, sent to every rank (null: this process
+  /// reads it). A failure is thrown on every rank as CheckpointError, so that no
+  /// rank waits for another.
+  nlohmann::json read_extra(Communicator* comm) const;
 
   /// Verifies the latest checkpoint with `key` (its MAC, every file, and that its
   /// step and ledger are not below the key's high-water mark: an older copy's

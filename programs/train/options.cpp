@@ -256,10 +256,13 @@ json restore_run_options(Options& o, const std::set<std::string>& given, json re
   // The run keeps its settings: flags may repeat them but not change them;
   // every change is listed. The engine's threads are not the run's: a resumed
   // run may use others.
+  // A run may also go on longer under a larger budget: those three flags reach the
+  // library, which takes them if they lengthen the run and refuses them otherwise.
   std::vector<std::string> changed;
   for_each_run_option(o, [&](const char* flag, auto& v) {
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
-    if (std::string(flag) == "threads" && given.count(flag) > 0) return;
+    const std::string f = flag;
+    if ((f == "threads" || f == "epochs" || f == "max-steps" || f == "target-epsilon") && given.count(flag) > 0) return;
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])
       changed.push_back(fmt::format("--{} {} (the run's: {})", flag, given_json[flag].dump(), stored[flag].dump()));
     option_from_json(stored[flag], v);

@@ -1,10 +1,7 @@
 // dpgrad-train's output (programs/train/report.hpp).
 #include "programs/train/report.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -23,7 +20,6 @@ namespace dpgrad::train {
 using json = nlohmann::json;
 
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 bool with_epsilon(const RunFacts& f) { return is_dp(f.options->optimizer) && f.trainer->adds_noise(); }
 /// " (not private: ...)" after every epsilon of a run with seeded noise.
 std::string note(const RunFacts& f) {
@@ -32,29 +28,6 @@ std::string note(const RunFacts& f) {
 }
 std::string neighbours(const RunFacts& f) { return privacy::to_string(f.trainer->accountant()->neighbouring()); }
 }  // namespace
-
-Progress::Progress(bool quiet) : tty_(isatty(fileno(stderr)) && !quiet), quiet_(quiet) {}
-
-void Progress::update(long done, long total, long per_epoch) {
-  if (quiet_) return;
-  if (first_ < 0) first_ = done, start_ = now();  // the rate counts from the first step seen
-  const long epoch = (done - 1) / per_epoch + 1, in = done - (epoch - 1) * per_epoch;
-  const long of = std::min(per_epoch, total - (epoch - 1) * per_epoch);
-  const double elapsed = now() - start_;
-  std::string speed = "  -- steps/s ETA    --";
-  if (done > first_ && elapsed > 0) {
-    const double rate = double(done - first_) / elapsed;  // steps a second
-    speed = fmt::format("{:>6.1f} steps/s ETA {:>5.0f}s", rate, double(of - in) / rate);
-  }
-  if (tty_) {
-    const int width = 30, filled = int(double(width) * double(in) / double(of));
-    fmt::print(stderr, "\r  epoch {:>3} [{}{}] {:>6}/{} {} ", epoch, std::string(std::size_t(filled), '#'),
-               std::string(std::size_t(width - filled), '.'), in, of, speed);
-    if (in == of) fmt::print(stderr, "\n");
-  } else if (in == of || in * 10 / of != (in - 1) * 10 / of) {
-    fmt::print(stderr, "  epoch {} step {}/{} {}\n", epoch, in, of, speed);
-  }
-}
 
 void print_header(const RunFacts& f, const std::function<void(const std::string&)>& say) {
   const Options& o = *f.options;
@@ -99,6 +72,9 @@ void print_header(const RunFacts& f, const std::function<void(const std::string&
   if (t.resumed())
     say(fmt::format("  resumed from {} at step {} of {}{}", o.checkpoint_dir, t.steps_done(), t.total_steps(),
                     with_epsilon(f) ? ", epsilon so far " + fmt_eps(t.epsilon()) : std::string()));
+  if (!t.extension().empty())
+    say(fmt::format("  going on longer under a larger budget: {} (the run's noise multiplier {:.4f}; the ledger "
+                    "continues)", t.extension(), t.noise_multiplier()));
 }
 
 json epoch_row(const RunFacts& f, const EpochReport& e) {
@@ -174,6 +150,7 @@ json summary_row(const RunFacts& f, const TrainResult& r, json last, double seco
     if (with_epsilon(f)) s["epsilon"] = eps_json(t.epsilon());
   }
   if (!o.checkpoint_dir.empty()) s["checkpoint"] = t.steps_done();
+  if (!t.extension().empty()) s["extended"] = t.extension();  // this session went on under a larger budget
   return s;
 }
 

@@ -1,6 +1,5 @@
 // dpgrad-train's output: the header, a row per epoch and the summary, as text
-// for people and JSON with --json; progress on standard error; what a diverged
-// run spent. Only what epsilon covers is shown unless asked for, and labelled.
+// for people and JSON with --json; what a diverged run spent. Only what epsilon covers is shown unless asked for, and labelled.
 #pragma once
 
 #include <functional>
@@ -26,19 +25,6 @@ struct RunFacts {
   std::size_t parameters = 0;
   std::vector<std::string> lr_scales;
   const Communicator* comm = nullptr;
-};
-
-/// A progress bar (terminal) or a line every tenth of an epoch (not a terminal):
-/// step counts and speed only, nothing computed from the data.
-class Progress {
- public:
-  explicit Progress(bool quiet);
-  void update(long done, long total, long per_epoch);
-
- private:
-  bool tty_, quiet_;
-  double start_ = 0;
-  long first_ = -1;
 };
 
 void print_header(const RunFacts& f, const std::function<void(const std::string&)>& say);
