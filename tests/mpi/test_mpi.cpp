@@ -93,6 +93,7 @@ PrivateTrainingConfigT<double> config(const RunSpec& spec, std::shared_ptr<Commu
   c.clipping = make_clip_strategy<double>(spec.strategy, 16.0);
   c.reproducible_noise = true;
   c.seed = 5;
+  c.alone_under_launcher = !comm;  // the reference runs below: one process alone, on purpose
   c.communicator = std::move(comm);
   return c;
 }
