@@ -1,4 +1,5 @@
-// MPI's communicator (engine/mpi.hpp) and world_communicator() for MPI builds.
+// MPI's communicator (engine/mpi.hpp) and, for programs linked with dpgrad-mpi,
+// world_communicator()'s MPI_COMM_WORLD.
 #include "engine/mpi.hpp"
 
 #include <algorithm>
@@ -125,8 +126,10 @@ struct Finalize {
 
 std::shared_ptr<Communicator> mpi_communicator(MPI_Comm comm) { return std::make_shared<MpiCommunicator>(comm); }
 
-std::shared_ptr<Communicator> world_communicator() {
-  if (!launched_by_mpi_launcher()) return nullptr;
+namespace {
+
+/// world_communicator() in programs linked with dpgrad-mpi.
+std::shared_ptr<Communicator> mpi_world() {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) {
@@ -137,4 +140,14 @@ std::shared_ptr<Communicator> world_communicator() {
   return mpi_communicator(MPI_COMM_WORLD);
 }
 
+}  // namespace
+
 }  // namespace dpgrad
+
+// dpgrad-mpi's link flags name this symbol (-Wl,-u,dpgrad_mpi_linked), so that
+// linking the library pulls this file in, and its initialisation makes
+// world_communicator() MPI's before main() runs.
+extern "C" {
+extern const int dpgrad_mpi_linked;
+const int dpgrad_mpi_linked = (dpgrad::set_world_communicator_factory(&dpgrad::mpi_world), 1);
+}

@@ -1,7 +1,9 @@
-// MPI's communicator (engine/communicator.hpp), in builds with MPI (meson
-// -Dmpi=enabled or auto, DPGRAD_HAVE_MPI in engine/config.hpp). Programs that
-// only want "MPI when started by mpirun or srun" call world_communicator()
-// (engine/communicator.hpp) and need not include this header.
+// MPI's communicator (engine/communicator.hpp), in the dpgrad-mpi library
+// (built with meson -Dmpi=enabled or auto, DPGRAD_HAVE_MPI in engine/config.hpp;
+// pkg-config dpgrad-mpi, CMake dpgrad::mpi). The plain dpgrad library links no
+// MPI. Programs linked with dpgrad-mpi that only want "MPI when started by
+// mpirun or srun" call world_communicator() (engine/communicator.hpp) and need
+// not include this header.
 #pragma once
 
 #include <memory>
