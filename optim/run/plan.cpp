@@ -205,6 +205,13 @@ RunPlan RunPlan::resumed(double noise_multiplier, long total_steps, bool calibra
   return p;
 }
 
+RunPlan RunPlan::extended(double noise_multiplier) const {
+  require(std::isfinite(noise_multiplier) && noise_multiplier >= 0, "the checkpoint's noise multiplier is not valid");
+  PlanSettings s = s_;
+  s.noise_multiplier = noise_multiplier;
+  return make(s, n_, parameters_);
+}
+
 double RunPlan::accounted_noise_multiplier() const {
   if (!is_private()) return 0;
   return sigma_ / privacy::accounted_sensitivity(s_.sensitivity, make_accountant(false)->neighbouring());

@@ -97,6 +97,11 @@ class RunPlan {
   /// The same plan with the noise multiplier and length a run recorded when it
   /// started (a resumed run keeps its own, never recalibrated).
   RunPlan resumed(double noise_multiplier, long total_steps, bool calibrated) const;
+  /// A resumed run that goes on longer under a larger budget: these settings
+  /// (more epochs or steps, a larger target epsilon) at the noise multiplier the
+  /// run started with, never recalibrated; the run is cut where the target is
+  /// reached. Throws std::invalid_argument as make() does.
+  RunPlan extended(double noise_multiplier) const;
 
   const PlanSettings& settings() const { return s_; }
   bool is_private() const { return !s_.non_private; }

@@ -146,6 +146,29 @@ std::string differences(const nlohmann::json& now, const nlohmann::json& stored)
   return out;
 }
 
+/// A resumed run may go on longer under a larger budget (docs/checkpoints.md):
+/// more epochs, a larger step limit (0: none), a larger target epsilon (kept if
+/// the checkpointed run had one). Each such change in `now` is copied into
+/// `stored`, so that the comparison that follows sees only the other changes,
+/// and described in the return ("" when there is none). A change the other way
+/// is left for the comparison to refuse.
+std::string longer_run(const nlohmann::json& now, nlohmann::json& stored) {
+  if (!now.is_object() || !stored.is_object()) return "";
+  std::string out;
+  auto number = [](const nlohmann::json& j, const char* k) { return j.contains(k) && j[k].is_number(); };
+  auto take = [&](const char* key, bool longer) {
+    if (!longer || !stored.contains(key) || stored[key] == now[key]) return;
+    out += std::string(out.empty() ? "" : ", ") + key + " " + stored[key].dump() + " -> " + now[key].dump();
+    stored[key] = now[key];
+  };
+  take("epochs", number(now, "epochs") && number(stored, "epochs") && now["epochs"] > stored["epochs"]);
+  take("max_steps", number(now, "max_steps") && number(stored, "max_steps") && stored["max_steps"] != 0 &&
+                        (now["max_steps"] == 0 || now["max_steps"] > stored["max_steps"]));
+  take("target_epsilon", number(now, "target_epsilon") && number(stored, "target_epsilon") &&
+                             now["target_epsilon"] > stored["target_epsilon"]);
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- construction
@@ -184,6 +207,12 @@ template <class T>
 void PrivateTrainerT<T>::check_settings_on_all_ranks() {
   // before anything a rank could refuse or wait for (docs/distributed.md)
   if (config_.communicator) require_same_settings_on_all_ranks(*config_.communicator, settings_.dump(), "runs");
+  else
+    require(config_.alone_under_launcher || !launched_by_mpi_launcher(),
+            "an MPI launcher started this process, and the run has no communicator: each process would train alone "
+            "and spend the privacy budget again; set the config's communicator (world_communicator(), with the "
+            "program linked with dpgrad-mpi; docs/distributed.md), run one process, or set alone_under_launcher "
+            "when each process's run is its own, on data of its own");
 }
 
 template <class T>
@@ -259,16 +288,22 @@ void PrivateTrainerT<T>::open_checkpoints() {
   require(resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object(),
           "the checkpoint in " + p.dir.string() + " does not record its run");
   const nlohmann::json& run = resumed_extra_["trainer"];
-  // the run keeps its settings: every difference is listed and refused (docs/checkpoints.md)
-  const std::string changed = differences(recorded(settings_), run.value("settings", nlohmann::json()));
+  // the run keeps its settings: every difference is listed and refused (docs/checkpoints.md), but for
+  // more steps under a larger budget
+  const nlohmann::json now = recorded(settings_);
+  nlohmann::json stored = run.value("settings", nlohmann::json());
+  extension_ = config_.non_private ? "" : longer_run(now, stored);
+  const std::string changed = differences(now, stored);
   require(changed.empty(), "the checkpoint in " + p.dir.string() + " is of a run with other settings: " + changed +
-                               "; a resumed run keeps its settings");
-  // the run's own noise and length, never recalibrated (the checkpoint's MAC vouches for them)
+                               "; a resumed run keeps its settings (it may only go on longer: more epochs or "
+                               "max_steps, a larger target_epsilon)");
+  // the run's own noise, never recalibrated, and its length (the checkpoint's MAC vouches for them)
   require(run.value("noise_multiplier", nlohmann::json()).is_number() &&
               run.value("total_steps", nlohmann::json()).is_number_integer(),
           "the checkpoint's noise multiplier or length is not valid");
-  plan_ = plan_.resumed(run["noise_multiplier"].get<double>(), run["total_steps"].get<long>(),
-                        run.value("calibrated", false));
+  const double sigma = run["noise_multiplier"].get<double>();
+  plan_ = extension_.empty() ? plan_.resumed(sigma, run["total_steps"].get<long>(), run.value("calibrated", false))
+                             : plan_.extended(sigma);
 }
 
 template <class T>

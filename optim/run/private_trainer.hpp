@@ -114,6 +114,10 @@ struct PrivateTrainingConfigT {
   /// Every rank must make the same calls in the same order. Null: one process.
   std::shared_ptr<Communicator> communicator;
   std::vector<std::size_t> positions;
+  /// Under an MPI launcher, a run without a communicator is refused: every process
+  /// would train alone on the same data and spend the budget again. Set this when
+  /// each process's run is meant to be its own (on data of its own).
+  bool alone_under_launcher = false;
   // ---- not private at all: plain training (no clipping, no noise, shuffled epochs from `seed`)
   bool non_private = false;
 };
@@ -253,6 +257,10 @@ class PrivateTrainerT {
   const std::vector<std::string>& warnings() const { return plan_.warnings(); }
   /// Seconds the structural self-check took (structural_self_check, before any step).
   double self_check_seconds() const { return self_check_seconds_; }
+  /// A resumed run that goes on longer under a larger budget: what changed
+  /// ("epochs 2 -> 4, target_epsilon 1 -> 2"); empty otherwise. The noise
+  /// multiplier stays the run's, and the ledger continues.
+  const std::string& extension() const { return extension_; }
   /// Steps cut to stay within target_epsilon at the given noise multiplier (0: none cut).
   long steps_cut_for_budget() const { return plan_.steps_cut(); }
   double sampling_rate() const { return plan_.sampling_rate(); }
@@ -350,6 +358,7 @@ class PrivateTrainerT {
   std::vector<ArrayT<T>> released_;  // the releases before training, config order
   std::vector<std::pair<std::string, MetricFnT<T>>> metrics_;  // add_metric's
   double self_check_seconds_ = 0;
+  std::string extension_;
   long steps_ = 0, saved_at_ = -1;
   nlohmann::json resumed_extra_;
   std::optional<CheckpointLock> lock_;

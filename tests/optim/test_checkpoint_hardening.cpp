@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
+#include <tuple>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -439,6 +442,83 @@ TEST_CASE("checkpoint hardening: deep JSON, fractional steps, non-finite values 
   }
 }
 
+TEST_CASE("checkpoint hardening: a resumed run may go on longer under a larger budget, at its own noise, its ledger continued") {
+  test::TempDir dir("dpgrad-longer");
+  Run run;
+  run.config.noise_multiplier.reset();
+  run.config.target_epsilon = 4.0;  // calibrated for 2 epochs: 20 steps
+  run.config.checkpoints.dir = dir.path;
+  double sigma = 0;
+  {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainerT<double> t(*model, sgd, run.data, run.config);
+    CHECK(t.extension().empty());
+    const TrainResult r = t.train();
+    CHECK(r.status == RunStatus::complete);
+    REQUIRE(t.steps_done() == 20);
+    sigma = t.noise_multiplier();
+    CHECK(t.epsilon() <= 4.0);
+  }
+  auto resume = [&](double epochs, std::optional<double> target) {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainingConfigT<double> c = run.config;
+    c.epochs = epochs;
+    c.target_epsilon = target;
+    c.checkpoints.resume = true;
+    auto t = std::make_unique<PrivateTrainerT<double>>(*model, sgd, run.data, c);
+    const long done = t->steps_done();
+    const std::string extension = t->extension();
+    const double noise = t->noise_multiplier();
+    const long total = t->total_steps();
+    const TrainResult r = t->train();
+    return std::make_tuple(done, extension, noise, total, t->steps_done(), t->epsilon(),
+                           t->accountant()->total_steps(), r.status);
+  };
+  // the same budget, more epochs: the run's sigma takes it no further than the target allows
+  {
+    const auto [done, ext, noise, total, after, eps, ledger, status] = resume(4, 4.0);
+    CHECK(done == 20);
+    CHECK(ext == "epochs 2.0 -> 4.0");
+    CHECK(noise == sigma);  // never recalibrated
+    CHECK(eps <= 4.0);
+    CHECK(after == total);
+    CHECK(ledger == after);
+    CHECK(status == (total < 40 ? RunStatus::stopped_by_budget : RunStatus::complete));
+  }
+  // a larger budget: more steps at the same sigma, the ledger continued, epsilon within the new target
+  long before = 0;
+  {
+    FastRng init(1);
+    auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+    SgdT<double> sgd(model->parameters(), 0.1);
+    PrivateTrainingConfigT<double> c = run.config;
+    c.epochs = 4;
+    c.checkpoints.resume = true;
+    PrivateTrainerT<double> t(*model, sgd, run.data, c);
+    before = t.steps_done();
+  }
+  {
+    const auto [done, ext, noise, total, after, eps, ledger, status] = resume(6, 8.0);
+    CHECK(done == before);
+    // the checkpoint records the settings of the last session that took a step
+    CHECK(ext == (before > 20 ? "epochs 4.0 -> 6.0, target_epsilon 4.0 -> 8.0" : "epochs 2.0 -> 6.0, target_epsilon 4.0 -> 8.0"));
+    CHECK(noise == sigma);
+    CHECK(after > before);
+    CHECK(ledger == after);
+    CHECK(eps <= 8.0);
+    CHECK(eps > 4.0);
+    (void)status;
+  }
+  // shorter, or a smaller budget: refused, naming the change
+  test::check_error<std::invalid_argument>([&] { resume(5, 8.0); }, {"epochs (checkpoint 6.0, now 5.0)", "may only go on longer"});
+  test::check_error<std::invalid_argument>([&] { resume(6, 7.0); }, {"target_epsilon (checkpoint 8.0, now 7.0)"});
+  test::check_error<std::invalid_argument>([&] { resume(6, std::nullopt); }, {"needs a noise_multiplier or a target_epsilon"});
+}
+
 TEST_CASE("checkpoint hardening: a resume that changes the run's settings is refused, listing each change") {
   test::TempDir dir("dpgrad-settings");
   Run run;
@@ -451,8 +531,8 @@ TEST_CASE("checkpoint hardening: a resume that changes the run's settings is ref
     const char* says;
   };
   const std::vector<Change> changes = {
-      {"epochs", [](auto& c) { c.epochs = 3; }, "epochs (checkpoint 2.0, now 3.0)"},
-      {"target epsilon", [](auto& c) { c.target_epsilon = 60.0; }, "target_epsilon (checkpoint 50.0, now 60.0)"},
+      {"fewer epochs", [](auto& c) { c.epochs = 1; }, "epochs (checkpoint 2.0, now 1.0)"},
+      {"a smaller target epsilon", [](auto& c) { c.target_epsilon = 40.0; }, "target_epsilon (checkpoint 50.0, now 40.0)"},
       {"noise multiplier", [](auto& c) { c.noise_multiplier = 2.0; }, "noise_multiplier (checkpoint 1.0, now 2.0)"},
       {"clip norm", [](auto& c) { c.clip_norm = 0.5; }, "clip_norm (checkpoint 1.0, now 0.5)"},
   };

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
+#include "engine/communicator.hpp"
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "layers/losses.hpp"
@@ -133,6 +135,30 @@ TEST_CASE("private trainer: mismatches and traps are refused before any step, pa
     CHECK(t.delta() == 0.5);
     throw std::invalid_argument("reached");
   }, {"reached"});
+}
+
+TEST_CASE("private trainer: under an MPI launcher, a run without a communicator is refused (each copy would train alone)") {
+  if (launched_by_mpi_launcher()) return;  // the variable below must be this test's alone
+  FastRng init(3), data(4);
+  const BatchT<double> train = separable<double>(50, data);
+  auto model = make_mlp<double>({8, 3}, Activation::relu, init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  PrivateTrainingConfigT<double> c;
+  c.noise_multiplier = 1.0;
+  c.batch_size = 10;
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);  // what mpirun puts in each process's environment
+  std::string error;
+  try {
+    PrivateTrainerT<double> t(*model, sgd, train, c);
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  c.alone_under_launcher = true;  // each process's run its own: accepted
+  CHECK_NOTHROW(PrivateTrainerT<double>(*model, sgd, train, c));
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  CHECK(error.find("an MPI launcher started this process, and the run has no communicator") != std::string::npos);
+  c.alone_under_launcher = false;
+  CHECK_NOTHROW(PrivateTrainerT<double>(*model, sgd, train, c));
 }
 
 TEST_CASE("private trainer: with a noise multiplier and a target, the run stops before exceeding the target") {

@@ -456,6 +456,28 @@ TEST_CASE("dpgrad-train: what a run needs is checked before any step; silent val
   REQUIRE(text.status == 0);
 }
 
+TEST_CASE("dpgrad-train: a resumed run may go on longer under a larger budget, and says so; shorter is refused") {
+  dpgrad::test::TempDir dir("dpgrad-longer");
+  const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
+                                   "--reproducible-noise --checkpoint-dir " + (dir.path / "run").string();
+  Run first = run(base + " --epochs 1 --target-epsilon 2 --json");
+  REQUIRE(first.status == 0);
+  const auto j1 = last_json(first.out);
+  Run longer = run(base + " --resume --epochs 2 --target-epsilon 4 --json");
+  REQUIRE(longer.status == 0);
+  CHECK(longer.out.find("going on longer under a larger budget: epochs 1.0 -> 2.0, target_epsilon 2.0 -> 4.0") !=
+        std::string::npos);
+  const auto j2 = last_json(longer.out);
+  CHECK(j2["noise_multiplier"] == j1["noise_multiplier"]);  // the run's own noise
+  CHECK(j2["steps"].get<long>() > j1["steps"].get<long>());
+  CHECK(j2["epsilon"].get<double>() <= 4.0);
+  CHECK(j2["epsilon"].get<double>() > j1["epsilon"].get<double>());
+  CHECK(j2["extended"] == "epochs 1.0 -> 2.0, target_epsilon 2.0 -> 4.0");
+  Run shorter = run(base + " --resume --epochs 1");
+  CHECK(shorter.status == 2);
+  CHECK(shorter.out.find("epochs (checkpoint 2.0, now 1.0)") != std::string::npos);
+}
+
 TEST_CASE("dpgrad-train: two runs cannot share a checkpoint directory; a resume lists every changed flag, --threads may change") {
   dpgrad::test::TempDir dir("dpgrad-lock");
   const std::string base = train + " --dataset synthetic --model mlp --hidden 8 --optimizer dp-sgd --batch-size 64 "
