@@ -20,6 +20,8 @@ using dpgrad::random_hash_key;  // a secret key, from the operating system's ent
 /// runs that ask for reproducibility.
 HashKey hash_key_from_seed(std::uint64_t seed);
 
+/// How augment_images() draws views; it throws std::invalid_argument for views
+/// outside 1..256 or a negative shift.
 struct ImageAugment {
   std::size_t views = 1;  // rows per example
   bool flip = true;       // mirror left-right with probability 1/2

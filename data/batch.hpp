@@ -39,6 +39,7 @@ struct BatchT {
 template <class T>
 BatchT<T> concat_batches(const std::vector<BatchT<T>>& parts);
 
+/// The batch of float models, as the data loaders produce it.
 using Batch = BatchT<float>;
 
 }  // namespace dpgrad

@@ -15,6 +15,7 @@
 
 namespace dpgrad::data {
 
+/// A loaded dataset: training and test batches, the number of classes, and what was loaded.
 struct DataSplit {
   BatchT<float> train, test;    // ids: images, the row in the dataset's file; text, record_id of the file name
   std::size_t classes = 0;
@@ -22,11 +23,12 @@ struct DataSplit {
   bool tokens = false;          // token sequences (text) rather than images
 };
 
+/// What load_dataset() loads and keeps (checked by check_dataset_options()).
 struct DatasetOptions {
   std::size_t vocabulary = 8185;  // text: ids including padding and unknown (hashed: all used; file: at most)
   std::string vocab_file;         // text: a public token list (Vocabulary::from_token_file); empty: feature hashing
   std::size_t max_length = 150;   // text: tokens kept per document
-  std::size_t synthetic_size = 2048;
+  std::size_t synthetic_size = 2048;  // synthetic data: training examples (the test set has 256)
   std::uint64_t seed = 0;         // synthetic data
   // ---- what is kept of what was loaded (fixed in advance: nothing here is computed from the data)
   std::vector<int> classes;       // only these classes, relabelled 0, 1, ... in this order (empty: all)

@@ -25,6 +25,7 @@ class DataError : public std::runtime_error {
 /// `what` names what was expected ("an IDX file").
 void require_regular_file(const std::string& path, const std::string& what);
 
+/// Images with their class labels, as load_idx() and load_fashion_mnist() return them.
 struct ImageDataset {
   ArrayT<float> images;               // (N, 1, R, C), pixel / 255 in [0, 1]
   std::vector<std::int32_t> labels;   // (N), in [0, classes)
@@ -33,7 +34,7 @@ struct ImageDataset {
 
 /// Raw contents of an images file (magic 0x00000803).
 struct IdxImages {
-  std::size_t count = 0, rows = 0, cols = 0;
+  std::size_t count = 0, rows = 0, cols = 0;  // N images of R x C pixels
   std::vector<std::uint8_t> pixels;   // (count * rows * cols), row-major
 };
 
@@ -52,8 +53,9 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& path);   // (N)
 ImageDataset load_idx(const std::string& images_path, const std::string& labels_path,
                       std::size_t classes = 10);
 
+/// The four IDX files of a dataset.
 struct IdxPaths {
-  std::string train_images, train_labels, test_images, test_labels;
+  std::string train_images, train_labels, test_images, test_labels;  // their paths
 };
 
 /// The four standard names (train-images-idx3-ubyte, train-labels-idx1-ubyte,

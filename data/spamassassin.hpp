@@ -12,6 +12,8 @@
 
 namespace dpgrad::data {
 
+/// Which messages load_spamassassin() keeps: the training split, the test split
+/// (is_test_message), or every message.
 enum class Split { train, test, all };
 
 /// The split rule: a message is in the test split iff fnv1a64(file name) % 5 == 0,

@@ -60,6 +60,8 @@ inline constexpr std::uintmax_t kMaxDocumentBytes = std::uintmax_t{64} << 20;
 /// and naming it with its size when it is larger than kMaxDocumentBytes.
 std::string read_file(const std::filesystem::path& path);
 
+/// The words of `text` in order, by the rule of the "Lower-cased words" comment
+/// above kMaxDocumentBytes.
 std::vector<std::string> tokenize(std::string_view text);
 
 /// Word -> id. Id 0 is padding ("<pad>"), id 1 is unknown ("<unk>"). The other
@@ -70,6 +72,7 @@ std::vector<std::string> tokenize(std::string_view text);
 ///    documents: never use it on private training data (the programs do not).
 class Vocabulary {
  public:
+  /// The ids of padding ("<pad>") and of unknown words ("<unk>").
   static constexpr std::int32_t kPad = 0;
   static constexpr std::int32_t kUnknown = 1;
   /// Most tokens from_token_file reads (and largest hashed size): far more than
@@ -123,6 +126,7 @@ class Vocabulary {
   std::vector<std::int64_t> counts_;                        // (size)
   std::size_t hashed_size_ = 0;                             // > 0: feature hashing
   struct Hash {   // lets id() look up a string_view without a copy
+    /// Lets the map be searched with a std::string_view (with std::equal_to<>).
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };

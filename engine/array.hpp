@@ -17,11 +17,14 @@
 
 namespace dpgrad {
 
+/// An n-dimensional xtensor array of T; Array is the float32 one the training
+/// runs in, and Shape an array's dimensions, outermost first.
 template <class T>
 using ArrayT = xt::xarray<T>;
 using Array = ArrayT<float>;
 using Shape = std::vector<std::size_t>;
 
+/// The shape of `a` as a Shape.
 template <class T>
 Shape shape_of(const ArrayT<T>& a) {
   return Shape(a.shape().begin(), a.shape().end());
@@ -34,6 +37,8 @@ inline std::string shape_str(const Shape& s) {
   return r + ")";
 }
 
+/// The number of elements of an array of shape `s`: the product of its
+/// dimensions, 1 for the empty shape (a scalar).
 inline std::size_t numel(const Shape& s) {
   std::size_t n = 1;
   for (auto d : s) n *= d;

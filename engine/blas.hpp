@@ -7,6 +7,10 @@
 
 namespace dpgrad::blas {
 
+/// C = alpha op(A) op(B) + beta C on tightly packed row-major buffers, T float
+/// or double: op(A) (m, k), op(B) (k, n), C (m, n); trans_a or trans_b uses the
+/// transpose of A or B. With k = 0, C = beta C. Large products are split into
+/// blocks across the engine's threads (set_threads).
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           const T* b, T beta, T* c);

@@ -15,9 +15,12 @@
 
 namespace dpgrad {
 
+/// The processes of one run and the collective operations between them: every
+/// rank makes the same calls in the same order (docs/distributed.md).
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  /// This process's rank, 0 to size() - 1, and the number of ranks in the run.
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// "1 process" or "MPI, 4 processes": for run output.

@@ -14,16 +14,19 @@ namespace dpgrad {
 
 /// Zero padding added around an image, in pixels.
 struct Pad2d {
+  /// Rows above and below, columns left and right of the image.
   std::size_t top = 0, bottom = 0, left = 0, right = 0;
   bool operator==(const Pad2d&) const = default;
 };
 
+/// The kinds of Padding (below): 'same', 'valid', or the fixed amounts of Padding::pads.
 enum class PaddingMode { same, valid, explicit_pads };
 
 /// How a layer pads: 'same' (TensorFlow's convention), 'valid' (none) or fixed amounts.
 struct Padding {
-  PaddingMode mode = PaddingMode::valid;
+  PaddingMode mode = PaddingMode::valid;  // which of the three; resolve_padding turns it into pixels
   Pad2d pads{};  // used by explicit_pads only
+  /// A Padding of each kind; explicit_pads takes the four amounts in pixels.
   static Padding same() { return {PaddingMode::same, {}}; }
   static Padding valid() { return {PaddingMode::valid, {}}; }
   static Padding explicit_pads(std::size_t top, std::size_t bottom, std::size_t left, std::size_t right) {
@@ -31,8 +34,9 @@ struct Padding {
   }
 };
 
+/// Zero padding along one spatial axis, in pixels.
 struct Pad1d {
-  std::size_t before = 0, after = 0;
+  std::size_t before = 0, after = 0;  // before the first pixel and after the last
 };
 
 /// One spatial axis of 'same' padding (TF): out = ceil(in / stride),

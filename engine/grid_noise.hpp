@@ -21,6 +21,9 @@ class Rng;
 /// word for p >= 2^-11, more for smaller p). No rounding touches the decision.
 bool bernoulli_dyadic(Rng& rng, double p);
 
+/// Draws from the discrete Gaussian N_Z(0, s^2) for one scale s (see the top of
+/// this file): an integer alias table over bins of |k| proposes, and an
+/// acceptance test refuses about one candidate in 40.
 class GridNoiseSampler {
  public:
   /// Proven bound on |log(p(k) / d(k))| for |k| <= kCoverage s, p the sampler's
@@ -36,6 +39,7 @@ class GridNoiseSampler {
   /// The table for scale s in [2^24 + 1, 2^25 + 2] (what noise_grid produces).
   explicit GridNoiseSampler(std::uint64_t scale);
 
+  /// s, the scale the table was built for.
   std::uint64_t scale() const { return scale_; }
   /// out[0, n) = independent draws (Rng's words only; no state kept between calls).
   void fill(Rng& rng, std::int64_t* out, std::size_t n) const;

@@ -12,6 +12,7 @@
 
 namespace dpgrad {
 
+/// The bounds parse_json checks on the text before parsing it.
 struct JsonLimits {
   std::size_t max_bytes = std::size_t(64) << 20;  // 64 MiB
   std::size_t max_depth = 64;                     // arrays and objects nested

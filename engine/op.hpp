@@ -20,6 +20,8 @@ template <class T>
 class GradSlot {
  public:
   GradSlot() = default;
+  /// The slot of `node`'s gradient; a default-constructed slot is empty (false).
+  /// shape() is the input's shape.
   explicit GradSlot(Node<T>* node) : node_(node) {}
   explicit operator bool() const { return node_ != nullptr; }
   const Shape shape() const { return shape_of(node_->value); }
@@ -57,9 +59,13 @@ using Tangents = std::span<const ArrayT<T>* const>;   // input tangents (k, ...)
 template <class T>
 using Slots = std::span<GradSlot<T>>;                 // input cotangents
 
+/// A primitive on arrays of T: its primal and its two rules. apply() runs it;
+/// an op that apply() records belongs to the tape from then on.
 template <class T>
 struct Op {
   virtual ~Op() = default;
+  /// The op's name ("matmul"), for error messages and profiles. It must outlive
+  /// the op (a string literal): the tape keeps the pointer.
   virtual const char* name() const = 0;
   /// The primal. Ops may keep what their rules need (masks, indices) in members.
   virtual ArrayT<T> forward(Values<T> x) = 0;
@@ -88,11 +94,13 @@ struct Op {
 template <class T>
 TensorT<T> apply(std::unique_ptr<Op<T>> op, std::span<const TensorT<T>> inputs);
 
+/// The same with the inputs in braces: apply<T>(std::move(op), {x, w}).
 template <class T>
 TensorT<T> apply(std::unique_ptr<Op<T>> op, std::initializer_list<TensorT<T>> inputs) {
   return apply<T>(std::move(op), std::span<const TensorT<T>>(inputs.begin(), inputs.size()));
 }
 
+/// apply() is compiled once, in engine/tape.cpp, for float and double.
 extern template TensorT<float> apply(std::unique_ptr<Op<float>>, std::span<const TensorT<float>>);
 extern template TensorT<double> apply(std::unique_ptr<Op<double>>, std::span<const TensorT<double>>);
 

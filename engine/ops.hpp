@@ -75,6 +75,7 @@ template <class T> TensorT<T> masked_fill(const TensorT<T>& x, const ArrayT<T>& 
 ///                                           d/d re = re / |z|, d/d im = im / |z|; 0 at z = 0
 template <class T> TensorT<T> complex_abs(const TensorT<T>& re, const TensorT<T>& im);
 
+/// a + b, a - b and a * b: add, sub and mul above (numpy broadcasting).
 template <class T> TensorT<T> operator+(const TensorT<T>& a, const TensorT<T>& b) { return add(a, b); }
 template <class T> TensorT<T> operator-(const TensorT<T>& a, const TensorT<T>& b) { return sub(a, b); }
 template <class T> TensorT<T> operator*(const TensorT<T>& a, const TensorT<T>& b) { return mul(a, b); }

@@ -13,6 +13,7 @@
 
 namespace dpgrad {
 
+/// How per_sample_norms_squared computes a parameter's ||G_i||^2.
 enum class NormMethod {
   automatic,    // per parameter, the cheaper of ghost and materialise
   ghost,        // Gram-matrix identity, nothing of parameter size per sample
@@ -25,9 +26,9 @@ enum class NormMethod {
 /// ids touch (dense, G would be B copies of the table, nearly all zero).
 template <class T>
 struct PerSampleGradients {
-  Shape param_shape;
-  std::size_t batch = 0;
-  bool sparse = false;
+  Shape param_shape;                  // the parameter's shape
+  std::size_t batch = 0;              // B, the number of samples
+  bool sparse = false;                // rows kept, not dense: a parameter used by gathers only
   ArrayT<T> dense;                    // (B, ...param_shape) unless sparse
   std::vector<std::size_t> offsets;   // sparse, (B + 1): sample i holds rows [offsets[i], offsets[i + 1])
   std::vector<std::int32_t> row_ids;  // sparse, (R): the table row of each stored row
@@ -84,6 +85,7 @@ inline bool gradient_is_small(std::size_t d, std::size_t p, std::size_t steps) {
 template <class T>
 NormMethod cheaper_norm_method(const ParamUses<T>& group);
 
+/// Compiled once, in engine/per_sample.cpp, for float and double.
 extern template struct PerSampleGradients<float>;
 extern template struct PerSampleGradients<double>;
 

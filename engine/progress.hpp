@@ -7,6 +7,8 @@
 
 namespace dpgrad {
 
+/// A progress display on standard error for one kind of work: pieces done of a
+/// total, their rate and the time left.
 class Progress {
  public:
   /// `unit` names one piece of work ("step", "trial"); `quiet` prints nothing.

@@ -21,6 +21,7 @@ namespace dpgrad {
 class Rng {
  public:
   virtual ~Rng() = default;
+  /// The next uniform 64-bit word: the distributions below are drawn from these.
   virtual std::uint64_t next_u64() = 0;
   /// out[0, n) = the next n words, in the order next_u64() would give them.
   virtual void fill_u64(std::uint64_t* out, std::size_t n);
@@ -67,6 +68,7 @@ class Rng {
 /// The DP optimizer and the samplers refuse it (see ReproducibleRng).
 class FastRng : public Rng {
  public:
+  /// The stream of `seed`: the same seed gives the same words.
   explicit FastRng(std::uint64_t seed);
   std::uint64_t next_u64() override;
   void fill_u64(std::uint64_t* out, std::size_t n) override;
@@ -107,6 +109,8 @@ inline constexpr const char* kNotPrivateReproducible = "not private: the noise c
 /// randombytes_buf. Not reproducible by design.
 class SecureRng final : public Rng {
  public:
+  /// Keyed from the operating system's entropy. Throws std::runtime_error when
+  /// libsodium cannot be initialised.
   SecureRng();
   /// Keyed with `key` (32 bytes) instead of OS entropy: for split().
   explicit SecureRng(const unsigned char* key);

@@ -41,6 +41,8 @@ void reset();
 /// Times its own lifetime as (name, phase) when profiling is on.
 class Scope {
  public:
+  /// Starts the clock when enabled(); the destructor adds the time to (name,
+  /// phase). `name` must outlive the scope (the pointer is kept).
   explicit Scope(const char* name, Phase phase = Phase::step);
   ~Scope();
   Scope(const Scope&) = delete;

@@ -18,6 +18,7 @@ namespace dpgrad {
 /// How a tensor's samples came to be mixed, for messages that say what
 /// happened: the op that first mixed them and what it saw there.
 struct MixedBy {
+  /// The kind of mixing, for the message (statistics get the batch-normalisation hint).
   enum class What : std::uint8_t {
     statistics,  // a reduction or normalisation over the per-sample axis
     reshape,     // a reshape that merges the per-sample axis with another
@@ -42,6 +43,7 @@ struct MixedBy {
 /// along the per-sample axis, whose blocks no longer line up with the batch's
 /// samples.
 struct Samples {
+  /// The four layouts above; `axis` and `count` are those of axis, `axis` that of subset.
   enum class Kind : std::uint8_t { none, axis, mixed, subset };
   Kind kind = Kind::none;
   std::size_t axis = 0;
@@ -49,6 +51,8 @@ struct Samples {
   std::size_t outer = 1;  // axis: repeats of the run of `count` blocks (1: the blocks are the whole axis)
   std::shared_ptr<const MixedBy> by;  // mixed: where and how, when known (not part of equality)
 
+  /// The layouts by name: none(); at(axis, count), `count` blocks along `axis`;
+  /// mixed() with no account of how; subset(axis), a slice along `axis`.
   static Samples none() { return {}; }
   static Samples at(std::size_t axis, std::size_t count) { return {Kind::axis, axis, count, 1, nullptr}; }
   /// Along `axis`, `outer` repeats of `count` consecutive blocks: (outer, count, block).

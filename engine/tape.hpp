@@ -27,9 +27,12 @@ enum class UseKind {
                 //   G_i = sample i's dout (times x) summed over what w broadcasts over
 };
 
+/// One use of a parameter by a parametric op, noted on the tape when the op is
+/// recorded (record_uses) and read by the per-sample rules (engine/per_sample.hpp).
+/// Which fields are set depends on `kind`.
 template <class T>
 struct ParamUse {
-  UseKind kind;
+  UseKind kind;  // how the op used the parameter: the rule that reads this use
   std::shared_ptr<Node<T>> input;             // matmul: the activations a (kept alive, not copied)
   std::shared_ptr<const std::vector<std::int32_t>> ids;  // gather: flattened ids, B * steps of them; -1 = padding
   std::shared_ptr<const ArrayT<T>> delta;     // dLoss/dy, filled by backward (shared by W and b)
@@ -47,10 +50,15 @@ struct ParamUse {
 /// Every use of one parameter in one forward pass: one per-sample gradient.
 template <class T>
 struct ParamUses {
+  /// The parameter, and its uses in the order the tape noted them.
   std::shared_ptr<Node<T>> param;
   std::vector<ParamUse<T>*> uses;
 };
 
+/// The ops applied while this tape was active (RecordScope) to an input that
+/// requires grad, in order, with their inputs and outputs: reverse mode
+/// (backward) and forward mode after the fact (push_tangents) run over them.
+/// Not copyable. Tape is the float one.
 template <class T>
 class TapeT {
  public:
@@ -58,6 +66,8 @@ class TapeT {
   TapeT(const TapeT&) = delete;
   TapeT& operator=(const TapeT&) = delete;
 
+  /// Appends `op` applied to `inputs` with result `output`, then calls the op's
+  /// on_record. apply() calls it for every op it records.
   void record(std::unique_ptr<Op<T>> op, std::vector<std::shared_ptr<Node<T>>> inputs,
               std::shared_ptr<Node<T>> output);
 
@@ -138,6 +148,7 @@ TapeT<T>* active_tape();
 template <class T>
 class RecordScope {
  public:
+  /// Makes `tape` active; the destructor restores the tape that was active before.
   explicit RecordScope(TapeT<T>& tape);
   ~RecordScope();
   RecordScope(const RecordScope&) = delete;
@@ -151,6 +162,7 @@ class RecordScope {
 template <class T>
 class NoRecordScope {
  public:
+  /// No tape is active; the destructor restores the tape that was active before.
   NoRecordScope();
   ~NoRecordScope();
 
@@ -158,8 +170,10 @@ class NoRecordScope {
   TapeT<T>* previous_;
 };
 
+/// The tape of float32 training.
 using Tape = TapeT<float>;
 
+/// Compiled once, in engine/tape.cpp, for float and double.
 extern template class TapeT<float>;
 extern template class TapeT<double>;
 extern template class RecordScope<float>;

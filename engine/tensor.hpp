@@ -12,9 +12,11 @@
 
 namespace dpgrad {
 
+/// One value of the graph, shared by the TensorT handles on it and the tapes
+/// that recorded it.
 template <class T>
 struct Node {
-  ArrayT<T> value;
+  ArrayT<T> value;         // the tensor's value
   ArrayT<T> grad;          // same shape as value, valid when has_grad
   ArrayT<T> tangent;       // (k, ...value shape), valid when has_tangent
   bool has_grad = false;
@@ -32,6 +34,8 @@ struct Node {
   std::atomic<int> handles{0};
 };
 
+/// A shared handle on a Node: copies refer to the same value, gradient and
+/// tangents. Tensor is the float one.
 template <class T>
 class TensorT {
  public:
@@ -58,6 +62,8 @@ class TensorT {
   }
   ~TensorT() { release(); }
 
+  /// Whether the handle has a node (a default-constructed one has none, and the
+  /// accessors need one); then the value, its shape, number of axes and of elements.
   bool defined() const { return node_ != nullptr; }
   const ArrayT<T>& value() const { return node_->value; }
   /// For optimizers and loaders only: changing a value recorded on a live tape
@@ -69,12 +75,15 @@ class TensorT {
   /// The value of a one-element tensor.
   T item() const;
 
+  /// Whether reverse mode computes a gradient for it (a leaf that asked, or the
+  /// output of an op a tape recorded), and whether one is held.
   bool requires_grad() const { return node_->requires_grad; }
   bool has_grad() const { return node_->has_grad; }
   /// The accumulated gradient; zeros if nothing reached this tensor.
   const ArrayT<T>& grad() const;
   void zero_grad();
 
+  /// Whether it carries tangents (set_tangent at a leaf, or an op's jvp).
   bool has_tangent() const { return node_->has_tangent; }
   /// (k, ...shape): k directional derivatives pushed through forward mode.
   const ArrayT<T>& tangent() const;
@@ -86,6 +95,8 @@ class TensorT {
   /// Where the batch's samples are (none for parameters and constants).
   const Samples& samples() const { return node_->samples; }
 
+  /// Whether it is a parameter (make_parameter) and its name; node() and
+  /// shared() give the node itself, for the engine.
   bool is_parameter() const { return node_->is_parameter; }
   const std::string& name() const { return node_->name; }
   Node<T>* node() const { return node_.get(); }
@@ -116,8 +127,10 @@ TensorT<T> make_parameter(std::string name, ArrayT<T> value);
 template <class T>
 TensorT<T> per_sample_input(ArrayT<T> value, std::size_t axis = 0, std::size_t count = 0);
 
+/// The tensor of float32 training.
 using Tensor = TensorT<float>;
 
+/// Compiled once, in engine/tensor.cpp, for float and double.
 extern template class TensorT<float>;
 extern template class TensorT<double>;
 

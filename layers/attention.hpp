@@ -26,7 +26,12 @@ ArrayT<T> key_padding_mask(const std::vector<std::int32_t>& lengths, std::size_t
 template <class T>
 class MultiHeadAttentionT final : public ModuleT<T> {
  public:
+  /// Four Dense(dim, dim) projections, named NAME.query, NAME.key, NAME.value and
+  /// NAME.out. Throws std::invalid_argument unless heads > 0 divides dim.
   MultiHeadAttentionT(std::size_t dim, std::size_t heads, Rng& rng, const std::string& name = "attention");
+  /// x (B, L, dim) -> (B, L, dim); mask (B, 1, 1, L) as key_padding_mask makes it,
+  /// or the default {} for none. Throws std::invalid_argument when x is not
+  /// (B, L, dim).
   TensorT<T> forward(const TensorT<T>& x, const ArrayT<T>& mask = {});
   std::vector<TensorT<T>> parameters() const override;
 
@@ -40,8 +45,12 @@ class MultiHeadAttentionT final : public ModuleT<T> {
 template <class T>
 class TransformerBlockT final : public ModuleT<T> {
  public:
+  /// LayerNorms NAME.norm1 and NAME.norm2, attention NAME.attention (`heads`
+  /// heads) and the MLP's layers NAME.mlp1 and NAME.mlp2. Throws
+  /// std::invalid_argument on a size of 0 or when heads does not divide dim.
   TransformerBlockT(std::size_t dim, std::size_t heads, std::size_t hidden, Rng& rng,
                     const std::string& name = "block");
+  /// x (B, L, dim) -> (B, L, dim); mask as for MultiHeadAttentionT::forward.
   TensorT<T> forward(const TensorT<T>& x, const ArrayT<T>& mask = {});
   std::vector<TensorT<T>> parameters() const override;
 
@@ -56,7 +65,11 @@ class TransformerBlockT final : public ModuleT<T> {
 template <class T>
 class PositionalEmbeddingT final : public LayerT<T> {
  public:
+  /// The table (length, dim) drawn from N(0, 0.02^2), named NAME.table. Throws
+  /// std::invalid_argument when length or dim is 0.
   PositionalEmbeddingT(std::size_t length, std::size_t dim, Rng& rng, const std::string& name = "positions");
+  /// x (B, length, dim) -> x + table, the same shape. Throws std::invalid_argument
+  /// on another shape (pad the sequences to the table's length).
   TensorT<T> forward(const TensorT<T>& x) override;
   std::vector<TensorT<T>> parameters() const override { return {table_}; }
 

@@ -13,10 +13,15 @@
 
 namespace dpgrad {
 
+/// A forward and a backward Cell over the same input, their outputs joined
+/// feature-wise, [forward, backward]: hidden size H per direction, 2H joined.
 template <class T, class Cell>
 class BidirectionalT final : public ModuleT<T> {
  public:
+  /// Two cells Cell(input, hidden), named NAME.forward and NAME.backward; the
+  /// default NAME is Cell::kBidirectionalName ("bilstm", "bigru").
   BidirectionalT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = Cell::kBidirectionalName);
+  /// What forward returns: both directions' states and final states.
   struct Output {
     TensorT<T> states;  // (B, L, 2H): [forward, backward] per step (0 at padded steps); undefined unless kept
     TensorT<T> final;   // (B, 2H): [forward final, backward final]
@@ -27,6 +32,7 @@ class BidirectionalT final : public ModuleT<T> {
   /// The forward direction's parameters, then the backward direction's (named
   /// NAME.forward.* and NAME.backward.*).
   std::vector<TensorT<T>> parameters() const override;
+  /// H, one direction's hidden size.
   std::size_t hidden_size() const { return fwd_.hidden_size(); }
 
  private:

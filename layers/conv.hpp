@@ -15,12 +15,17 @@ namespace dpgrad {
 template <class T>
 class Conv2dT final : public LayerT<T> {
  public:
+  /// A kernel_h x kernel_w kernel, `stride` on both axes, `padding` (Padding::same(),
+  /// valid() or explicit_pads). W and b drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+  /// fan_in = kh*kw*Cin, named NAME.weight and NAME.bias; bias = false: no b.
+  /// Throws std::invalid_argument when a channel count, kernel size or stride is 0.
   Conv2dT(std::size_t in_channels, std::size_t out_channels, std::size_t kernel_h, std::size_t kernel_w,
           std::size_t stride, Padding padding, Rng& rng, const std::string& name = "conv", bool bias = true);
   TensorT<T> forward(const TensorT<T>& x) override;
   std::vector<TensorT<T>> parameters() const override;
   /// (B, H, W, Cin) -> (B, Ho, Wo, Cout); throws on a bad input shape.
   Shape output_shape(const Shape& in) const;
+  /// W (kh*kw*Cin, Cout) and b (Cout; undefined without a bias).
   const TensorT<T>& weight() const { return w_; }
   const TensorT<T>& bias() const { return b_; }
 
@@ -36,6 +41,8 @@ class Conv2dT final : public LayerT<T> {
 template <class T>
 class MaxPool2dT final : public LayerT<T> {
  public:
+  /// Square kernel x kernel windows, `stride` on both axes. Throws
+  /// std::invalid_argument when kernel or stride is 0.
   MaxPool2dT(std::size_t kernel, std::size_t stride);
   TensorT<T> forward(const TensorT<T>& x) override;
 
@@ -47,6 +54,9 @@ class MaxPool2dT final : public LayerT<T> {
 template <class T>
 class ReshapeT final : public LayerT<T> {
  public:
+  /// sample_shape: one sample's shape after the layer. forward throws
+  /// std::invalid_argument when x has no batch axis or its samples hold another
+  /// number of elements.
   explicit ReshapeT(Shape sample_shape);
   TensorT<T> forward(const TensorT<T>& x) override;
 
@@ -54,6 +64,7 @@ class ReshapeT final : public LayerT<T> {
   Shape sample_;
 };
 
+/// The float instantiations.
 using Conv2d = Conv2dT<float>;
 using MaxPool2d = MaxPool2dT<float>;
 

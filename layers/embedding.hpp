@@ -16,6 +16,8 @@ class EmbeddingT final : public ModuleT<T> {
  public:
   /// W (vocab, dim) ~ N(0, 1) (PyTorch's default) with the padding row zero.
   /// padding_id < 0: no padding.
+  /// The table is named NAME.weight. Throws std::invalid_argument when vocab or
+  /// dim is 0 or padding_id >= vocab.
   EmbeddingT(std::size_t vocab, std::size_t dim, Rng& rng, const std::string& name = "embedding",
              std::int32_t padding_id = 0);
   /// ids (B, L) in [0, vocab) -> (B, L, dim). Throws on ids outside the table.
@@ -39,6 +41,7 @@ class EmbeddingT final : public ModuleT<T> {
   bool frozen_ = false;
 };
 
+/// The float instantiation.
 using Embedding = EmbeddingT<float>;
 
 }  // namespace dpgrad

@@ -42,6 +42,8 @@ template <class T>
 class GruT final : public ModuleT<T> {
  public:
   static constexpr const char* kBidirectionalName = "bigru";  // BidirectionalT's default name
+  /// Parameters named NAME.weight_ih, NAME.weight_hh, NAME.bias_ih and
+  /// NAME.bias_hh. Throws std::invalid_argument when input or hidden is 0.
   GruT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "gru");
   using Output = GruOutputT<T>;
   /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
@@ -63,6 +65,7 @@ class GruT final : public ModuleT<T> {
 template <class T>
 using BiGruT = BidirectionalT<T, GruT<T>>;
 
+/// The float instantiations.
 using Gru = GruT<float>;
 using BiGru = BiGruT<float>;
 

@@ -41,6 +41,8 @@ template <class T>
 class LstmT final : public ModuleT<T> {
  public:
   static constexpr const char* kBidirectionalName = "bilstm";  // BidirectionalT's default name
+  /// Parameters named NAME.weight_ih, NAME.weight_hh and NAME.bias. Throws
+  /// std::invalid_argument when input or hidden is 0.
   LstmT(std::size_t input, std::size_t hidden, Rng& rng, const std::string& name = "lstm");
   using Output = LstmOutputT<T>;
   /// x (B, L, input); lengths (B) in [1, L]. reverse = true runs from each
@@ -62,6 +64,7 @@ class LstmT final : public ModuleT<T> {
 template <class T>
 using BiLstmT = BidirectionalT<T, LstmT<T>>;
 
+/// The float instantiations.
 using Lstm = LstmT<float>;
 using BiLstm = BiLstmT<float>;
 

@@ -56,6 +56,9 @@ std::unique_ptr<ModelT<T>> make_bigru(Rng& rng, std::size_t vocab = 8185, std::s
 /// A transformer text classifier's sizes. The defaults are "transformer": 2
 /// pre-LN blocks of d 64, 4 heads, MLP 256, over hashed tokens (8185) padded to 150.
 struct TransformerOptions {
+  /// The number of token ids (the embedding's rows), the padded sequence length,
+  /// the width d, attention heads (dividing d), MLP hidden units, encoder blocks
+  /// (at least 1) and output classes.
   std::size_t vocab = 8185, length = 150, dim = 64, heads = 4, hidden = 256, blocks = 2, classes = 2;
   /// false: the embedding table stays at its random initialisation (Embedding::freeze),
   /// so only the parameters after it (109,826 of the defaults' 633,666) train, are clipped and are noised.

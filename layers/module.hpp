@@ -16,6 +16,8 @@ namespace dpgrad {
 
 class Rng;
 
+/// A part of a network that owns parameters, in training mode (from the start)
+/// or evaluation mode: the base of layers and models.
 template <class T>
 class ModuleT {
  public:
@@ -25,15 +27,20 @@ class ModuleT {
   /// Training mode (dropout active) or evaluation mode.
   virtual void set_training(bool on) { training_ = on; }
   bool training() const { return training_; }
+  /// The number of parameter values: the sum of the sizes of parameters().
   std::size_t parameter_count() const;
 
  protected:
   bool training_ = true;
 };
 
+/// A module that maps a tensor to a tensor; it has no parameters unless it
+/// overrides parameters().
 template <class T>
 class LayerT : public ModuleT<T> {
  public:
+  /// The layer's output for x (B, ...), the batch along the first axis;
+  /// operator() is the same call.
   virtual TensorT<T> forward(const TensorT<T>& x) = 0;
   TensorT<T> operator()(const TensorT<T>& x) { return forward(x); }
   std::vector<TensorT<T>> parameters() const override { return {}; }
@@ -44,7 +51,10 @@ template <class T>
 class SequentialT final : public LayerT<T> {
  public:
   SequentialT() = default;
+  /// Appends `layer`, applied after those already added; returns *this. Throws
+  /// std::invalid_argument on a null layer.
   SequentialT& add(std::unique_ptr<LayerT<T>> layer);
+  /// Appends a new L made from `args`; returns *this.
   template <class L, class... Args>
   SequentialT& emplace(Args&&... args) {
     return add(std::make_unique<L>(std::forward<Args>(args)...));
@@ -52,6 +62,7 @@ class SequentialT final : public LayerT<T> {
   TensorT<T> forward(const TensorT<T>& x) override;
   std::vector<TensorT<T>> parameters() const override;
   void set_training(bool on) override;
+  /// The number of layers.
   std::size_t size() const { return layers_.size(); }
   /// The first layer of type L (null if there is none).
   template <class L>
@@ -76,8 +87,8 @@ using LossFnT = std::function<TensorT<T>(const TensorT<T>& outputs, const BatchT
 /// "bce_with_logits": accuracy at 0.5 and AUC; "mse": MSE and MAE).
 template <class T>
 struct NamedLossT {
-  std::string name;
-  LossFnT<T> rows;
+  std::string name;  // what evaluation goes by, e.g. "mse"
+  LossFnT<T> rows;   // the loss: one loss per row of the outputs
   /// The loss itself: one loss per row of `outputs` (it converts to LossFnT).
   TensorT<T> operator()(const TensorT<T>& outputs, const BatchT<T>& batch) const { return rows(outputs, batch); }
 };
@@ -87,7 +98,9 @@ struct NamedLossT {
 template <class T>
 class ModelT : public ModuleT<T> {
  public:
+  /// The outputs (B, ...) for `batch`.
   virtual TensorT<T> forward(const BatchT<T>& batch) = 0;
+  /// The model's name, e.g. "cnn26k"; error messages use it.
   virtual std::string name() const = 0;
   /// Replaces the loss (an empty function restores cross-entropy). A loss of
   /// one's own is named "custom": evaluation then reports the loss and the
@@ -115,11 +128,14 @@ class ModelT : public ModuleT<T> {
 template <class T>
 class FeatureModelT final : public ModelT<T> {
  public:
+  /// The model `name` whose outputs are net(batch.inputs), the inputs taken as
+  /// one sample per index of their first axis (per_sample_input).
   FeatureModelT(std::string name, SequentialT<T> net) : name_(std::move(name)), net_(std::move(net)) {}
   TensorT<T> forward(const BatchT<T>& batch) override;
   std::vector<TensorT<T>> parameters() const override { return net_.parameters(); }
   void set_training(bool on) override;
   std::string name() const override { return name_; }
+  /// The stack itself, e.g. to find() one of its layers.
   SequentialT<T>& net() { return net_; }
 
  private:
@@ -127,6 +143,7 @@ class FeatureModelT final : public ModelT<T> {
   SequentialT<T> net_;
 };
 
+/// The float instantiations.
 using Module = ModuleT<float>;
 using Layer = LayerT<float>;
 using Sequential = SequentialT<float>;

@@ -18,6 +18,9 @@ namespace dpgrad {
 template <class T>
 class LayerNormT final : public LayerT<T> {
  public:
+  /// gain (ones) and shift (zeros) named NAME.gain and NAME.shift; affine = false:
+  /// neither, y is the normalised x. Throws std::invalid_argument when dim is 0 or
+  /// eps <= 0; forward throws it when x has no last axis of size dim after the batch axis.
   explicit LayerNormT(std::size_t dim, const std::string& name = "layernorm", double eps = 1e-5, bool affine = true);
   TensorT<T> forward(const TensorT<T>& x) override;
   std::vector<TensorT<T>> parameters() const override;
@@ -34,6 +37,9 @@ class LayerNormT final : public LayerT<T> {
 template <class T>
 class GroupNormT final : public LayerT<T> {
  public:
+  /// gain (ones) and shift (zeros) named NAME.gain and NAME.shift; affine = false:
+  /// neither. Throws std::invalid_argument unless groups > 0 divides channels > 0,
+  /// or when eps <= 0; forward throws it when x is not (B, ..., channels).
   GroupNormT(std::size_t channels, std::size_t groups, const std::string& name = "groupnorm", double eps = 1e-5,
              bool affine = true);
   TensorT<T> forward(const TensorT<T>& x) override;
@@ -57,6 +63,9 @@ TensorT<T> normalise(const TensorT<T>& x, std::vector<std::size_t> axes, double 
 template <class T>
 class CentreT final : public LayerT<T> {
  public:
+  /// `centre` has one sample's shape (kept as (1, ...)). Throws std::invalid_argument
+  /// when it is empty or has a non-finite value; forward throws it when a sample
+  /// of x has another shape.
   explicit CentreT(ArrayT<T> centre);
   TensorT<T> forward(const TensorT<T>& x) override;
   /// (1, ...): the centre broadcast over the batch.
@@ -70,6 +79,7 @@ class CentreT final : public LayerT<T> {
   ArrayT<T> centre_;  // (1, ...): broadcast over the batch
 };
 
+/// The float instantiations.
 using LayerNorm = LayerNormT<float>;
 using GroupNorm = GroupNormT<float>;
 

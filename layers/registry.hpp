@@ -23,12 +23,12 @@ enum class ModelInput {
 
 /// A bundled model.
 struct ModelEntry {
-  const char* name;
+  const char* name;           // what find_model and build_model take, e.g. "cnn26k"
   const char* help;           // one line for --help
-  ModelInput input;
+  ModelInput input;           // what the model reads from a batch
   bool takes_activation;      // ModelSpec::activation applies
   bool takes_vocabulary;      // ModelSpec::vocabulary may be other than 8185
-  bool takes_frozen_embedding;
+  bool takes_frozen_embedding;  // ModelSpec::train_embedding may be false
   bool takes_centre;          // ModelSpec::centred applies (private feature centring)
 };
 

@@ -18,8 +18,8 @@ namespace dpgrad {
 /// One filter sampled on the pixel grid, for a convolution: real and imaginary
 /// parts, (2R + 1) x (2R + 1) values each, row-major, centred.
 struct ScatteringFilter {
-  std::size_t radius = 0;
-  std::vector<double> re, im;
+  std::size_t radius = 0;      // R: the filter covers offsets -R..R on each axis
+  std::vector<double> re, im;  // real and imaginary parts, (2R + 1)^2 values each
 };
 
 /// Kymatio's Morlet wavelet psi_{j, l} (scale j, angle index l of L), sampled at
@@ -36,12 +36,21 @@ ScatteringFilter lowpass_filter(int J, int res);
 /// about the edge pixels (kymatio's choice; no better on Fashion-MNIST so far).
 enum class ScatteringBorder { zero, reflect };
 
+/// The scattering transform as a layer with no parameters: x (B, H, W, C) ->
+/// (B, ceil(H / 2^J), ceil(W / 2^J), C K), input channel c's K coefficients at
+/// c K .. c K + K - 1 (their order is in the comment above ScatteringBorder).
 template <class T>
 class ScatteringT final : public LayerT<T> {
  public:
+  /// C = channels, J scales, L angles and how the border is extended. Throws
+  /// std::invalid_argument when channels is 0, J is outside [1, 6] or L outside
+  /// [1, 32]; forward throws it on an input not (B, H, W, C), and with
+  /// ScatteringBorder::reflect on images of 2^J pixels or fewer on a side.
   ScatteringT(std::size_t channels = 1, int J = 2, int L = 8, ScatteringBorder border = ScatteringBorder::zero);
   TensorT<T> forward(const TensorT<T>& x) override;
   std::size_t coefficients() const;  // K per input channel
+  /// (B, H, W, C) -> (B, ceil(H / 2^J), ceil(W / 2^J), C K). Throws
+  /// std::invalid_argument when `in` is not (B, H, W, C).
   Shape output_shape(const Shape& in) const;
   /// The transform of a data set's images (B, H, W, C) in pieces of `chunk`,
   /// recording nothing, `progress(done, total)` after each piece: features
@@ -62,6 +71,7 @@ class ScatteringT final : public LayerT<T> {
   std::vector<std::size_t> phi_radius_;
 };
 
+/// The float instantiation.
 using Scattering = ScatteringT<float>;
 
 }  // namespace dpgrad

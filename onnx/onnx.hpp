@@ -22,6 +22,7 @@ class OnnxError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// How load() reads a model file.
 struct LoadOptions {
   /// Initializers to keep as constants: no gradient, no clipping share, no
   /// noise. An ECMAScript regular expression searched in each parameter's
@@ -78,6 +79,8 @@ struct Runtime;
 template <class T>
 class OnnxModelT final : public ModelT<T> {
  public:
+  /// A model running a compiled program (as load() makes it), with its parameters
+  /// set from the program's initializers; `dropout_seed` seeds its dropout masks.
   explicit OnnxModelT(std::shared_ptr<const detail::Program> program, std::uint64_t dropout_seed = 0);
   ~OnnxModelT() override;
   TensorT<T> forward(const BatchT<T>& batch) override;
@@ -85,6 +88,7 @@ class OnnxModelT final : public ModelT<T> {
   /// "onnx:FILE" (the file name without its folder).
   std::string name() const override;
 
+  /// What the model reads: the graph input's name, features or tokens, one example's shape.
   const InputSpec& input() const;
   /// The size of the output's last axis when the output is (B, classes); 0 otherwise.
   std::size_t output_classes() const;
@@ -107,6 +111,7 @@ class OnnxModelT final : public ModelT<T> {
   std::unique_ptr<detail::Runtime<T>> runtime_;
 };
 
+/// The float model (OnnxModelT<double> is built too).
 using OnnxModel = OnnxModelT<float>;
 
 }  // namespace dpgrad::onnx

@@ -9,19 +9,28 @@
 
 namespace dpgrad {
 
+/// An exponential moving average of parameters (tensors are shared handles, so
+/// these are the model's own): update() after each optimizer step, swap() to
+/// evaluate with the averages.
 template <class T>
 class ParameterAverageT {
  public:
   /// decay in (0, 1). The first updates use min(decay, (1 + t) / (10 + t)) so the
   /// average is not dominated by the initial parameters.
+  /// The averages start as copies of the parameters' values. Throws
+  /// std::invalid_argument when decay is not in (0, 1).
   ParameterAverageT(std::vector<TensorT<T>> params, double decay);
   /// avg = d avg + (1 - d) p after each optimizer step.
   void update();
   /// Exchanges the averages and the parameters (call again to swap back).
   void swap();
+  /// The averages, one per parameter, in the order and shapes of the parameters.
   std::vector<ArrayT<T>>& averages() { return avg_; }
+  /// How many times update() ran (it sets the warm-up above); set_updates
+  /// restores the count when a run resumes from a checkpoint.
   long updates() const { return t_; }
   void set_updates(long t) { t_ = t; }
+  /// The decay given to the constructor.
   double decay() const { return decay_; }
 
  private:
@@ -35,6 +44,7 @@ class ParameterAverageT {
 template <class T>
 class AveragedScopeT {
  public:
+  /// Swaps now and again when destroyed; a null `avg` does nothing.
   explicit AveragedScopeT(ParameterAverageT<T>* avg) : avg_(avg) {
     if (avg_) avg_->swap();
   }
@@ -48,6 +58,7 @@ class AveragedScopeT {
   ParameterAverageT<T>* avg_;
 };
 
+/// ParameterAverageT over float parameters.
 using ParameterAverage = ParameterAverageT<float>;
 
 }  // namespace dpgrad

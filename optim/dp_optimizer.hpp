@@ -62,6 +62,7 @@ class DivergedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// What one DPOptimizerT::step did.
 struct StepStats {
   std::size_t batch = 0;      // examples in this batch
   double loss = 0;            // mean per-sample loss over the batch
@@ -73,7 +74,7 @@ struct StepStats {
 
 /// One parameter's gradient energy, averaged over the steps since the last reset.
 struct GradientEnergy {
-  std::string name;
+  std::string name;      // the parameter's (by layer: the layer's)
   std::size_t size = 0;  // coordinates
   double noised = 0;     // mean of ||g||^2, g as the base optimizer got it (noise included)
   double noise = 0;      // the noise's expected share of it: size (sigma C / normaliser)^2
@@ -83,6 +84,11 @@ struct GradientEnergy {
   double snr() const { return noise > 0 ? (noised - noise) / noise : std::nan(""); }
 };
 
+/// The private optimizer (see the top of this file): each step() clips the
+/// batch's contributions with the strategy, noises their sum once when
+/// adds_noise(), divides it by the strategy's normaliser of the expected batch
+/// size (strategy none: by the batch's size), has the base optimizer update the
+/// model's parameters, and records the noised step with the accountant, if any.
 template <class T>
 class DPOptimizerT {
  public:
@@ -93,6 +99,8 @@ class DPOptimizerT {
   /// draws the noise and `aux_rng` the strategy's directions: each must be the
   /// secure generator, or a ReproducibleRng (then the run is NOT private, see
   /// is_private()). Everything is checked here, before any step.
+  /// Throws std::invalid_argument on a setting, generator, sampler or accountant
+  /// it refuses.
   DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig config,
                const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant);
   /// One step; throws DivergedError after the step (and its accounting) when
@@ -111,13 +119,16 @@ class DPOptimizerT {
   /// adds_noise() with noise and directions that nobody can recompute: false
   /// with a ReproducibleRng, whose runs say kNotPrivateReproducible.
   bool is_private() const;
+  /// The noise or the direction generator is a ReproducibleRng.
   bool noise_reproducible() const;
+  /// The sampler's sampling rate q and expected batch size L.
   double sampling_rate() const;
   double expected_batch_size() const;
   /// The norm the contributions are clipped to: C less the noise grid's rounding
   /// allowance grid (sqrt(P) + 1) (32 times that for jl:K) when noise is added
   /// (docs/noise.md), else C.
   double grid_clip_norm() const { return grid_clip_norm_; }
+  /// The settings given to the constructor.
   const DPConfig& config() const { return config_; }
   /// DP-SAT's direction, per parameter: the last step's noised gradient as the
   /// base optimizer got it (zeros before the first step, empty when sat_rho is
@@ -130,6 +141,7 @@ class DPOptimizerT {
   std::vector<GradientEnergy> gradient_energy() const;
   /// The same per layer (a parameter's name up to its last '.'), in the layers' order.
   std::vector<GradientEnergy> gradient_energy_by_layer() const;
+  /// Starts the averages of gradient_energy() afresh.
   void reset_gradient_energy();
 
  private:
@@ -157,6 +169,7 @@ class DPOptimizerT {
   long energy_steps_ = 0;
 };
 
+/// DPOptimizerT over float parameters.
 using DPOptimizer = DPOptimizerT<float>;
 
 }  // namespace dpgrad

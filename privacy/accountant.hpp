@@ -25,6 +25,8 @@ struct Step {
   bool operator==(const Step&) const = default;  // every field exactly
 };
 
+/// The base of every accountant: a validated ledger of steps and the (epsilon,
+/// delta) its analysis proves for them, under the relation neighbouring().
 class Accountant {
  public:
   virtual ~Accountant() = default;
@@ -46,6 +48,8 @@ class Accountant {
   /// delta at `epsilon` (>= 0); an upper bound.
   virtual double delta(double epsilon) const = 0;
 
+  /// The recorded steps (consecutive identical entries merged), and the sum of
+  /// their counts (LONG_MAX when that sum overflows).
   const std::vector<Step>& ledger() const { return ledger_; }
   long total_steps() const;
 

@@ -14,6 +14,8 @@ namespace dpgrad::privacy {
 /// P(Binomial(n, p) <= k) = alpha (1 for k = n). 0 <= k <= n, 0 < alpha < 1.
 double binomial_upper_bound(long k, long n, double alpha);
 
+/// What audit_epsilon() found: the lower bound on epsilon, the threshold test
+/// chosen on the first half of the trials, and its errors on the second half.
 struct AuditBound {
   double epsilon = 0;       // the lower bound (0 when the test shows nothing)
   double confidence = 0;    // it holds with at least this probability
@@ -42,6 +44,8 @@ AuditBound audit_epsilon(const std::vector<double>& negatives, const std::vector
 ///     + 2 m delta max_{i = 1..correct} P[correct - i <= Bin(guesses, q) < correct] / i.
 double one_run_p_value(long m, long guesses, long correct, double epsilon, double delta);
 
+/// What one_run_epsilon() found: the lower bound on epsilon and, for the k that
+/// gave it, the guesses made and how many were right (0 and 0 when no k shows anything).
 struct OneRunBound {
   double epsilon = 0;     // the lower bound
   double confidence = 0;

@@ -11,6 +11,7 @@
 
 namespace dpgrad::privacy {
 
+/// The result of a noise calibration (calibrate_sigma, calibrate_noise_multiplier).
 struct Calibration {
   double noise_multiplier;  // smallest sigma found with epsilon <= target
   double epsilon;           // epsilon at that sigma: <= target, and >= 0.99 target when reachable

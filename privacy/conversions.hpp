@@ -23,6 +23,8 @@ double log_binomial(double n, double k);
 
 // ---- RDP to (epsilon, delta) ----------------------------------------------
 
+/// Which RDP to (epsilon, delta) conversion gave an epsilon: Mironov's classic
+/// one or the tighter one of Balle et al. (below), and its name for output.
 enum class RdpConversion { classic, tight };
 std::string to_string(RdpConversion c);  // "classic (Mironov 2017)", "tight (Balle et al. 2020)"
 
@@ -48,9 +50,10 @@ double rdp_to_delta(const std::vector<double>& orders, const std::vector<double>
 
 // ---- composition and amplification ----------------------------------------
 
+/// An (epsilon, delta)-DP guarantee, as the composition results take and return it.
 struct DpGuarantee {
-  double epsilon;
-  double delta;
+  double epsilon;  // >= 0
+  double delta;    // in [0, 1]
 };
 
 /// Basic composition (Dwork-Roth Thm. 3.16): (sum eps_i, sum delta_i).

@@ -18,6 +18,9 @@ inline constexpr const char* kGdpLabel = "approximation (CLT)";
 /// Long, Su 2019, §3, from Dong, Roth, Su 2019 §5): q sqrt(T (e^{1/sigma^2} - 1)).
 double gdp_clt_mu(double sampling_rate, double noise_multiplier, long steps);
 
+/// Gaussian-DP accounting of Poisson-subsampled steps, add/remove-one neighbours:
+/// the ledger's CLT mu, converted to (epsilon, delta). An approximation, not a
+/// proven upper bound (upper_bound() is false), so it never calibrates noise.
 class GdpAccountant final : public Accountant {
  public:
   std::string name() const override { return "gdp"; }
@@ -34,6 +37,8 @@ class GdpAccountant final : public Accountant {
 
   nlohmann::json to_json() const override;  // adds "approximation" and "mu"
   std::unique_ptr<Accountant> clone() const override;
+  /// Rebuilds the accountant from to_json() output, replaying its ledger through
+  /// step() (replay_ledger), so every entry is validated again.
   static std::unique_ptr<GdpAccountant> from_json(const nlohmann::json& j);
 };
 

@@ -30,8 +30,8 @@ void add_gaussian_noise(std::span<double> values, double noise_std, Rng& rng);
 ///   epsilon' = epsilon + a + b,   delta' = e^a (delta + e^epsilon tau).
 /// scale: s >= 1 as the sampler uses it (NoiseGrid::scale); draws >= 0.
 struct GridNoiseBound {
-  double epsilon = 0;
-  double delta = 0;
+  double epsilon = 0;  // epsilon' = epsilon + a + b
+  double delta = 0;    // delta' = e^a (delta + e^epsilon tau), at most 1
 };
 GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, double scale);
 
@@ -40,8 +40,8 @@ GridNoiseBound grid_noise_bound(double epsilon, double delta, double draws, doub
 /// epsilon up to `max_epsilon` (the truncation R grows with it; docs/noise.md);
 /// epsilon_slack is +infinity past the sampler's coverage (max_epsilon in the hundreds).
 struct GridNoiseSlack {
-  double inner_delta = 0;
-  double epsilon_slack = 0;
+  double inner_delta = 0;    // the delta to ask the Gaussian accountant's epsilon at
+  double epsilon_slack = 0;  // what to add to that epsilon (+infinity: none can be claimed)
 };
 GridNoiseSlack grid_noise_slack(double delta, double draws, double scale, double max_epsilon);
 

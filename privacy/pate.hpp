@@ -84,10 +84,10 @@ double threshold_rdp_data_dependent(double log_pass, double sigma1, double order
 /// what is recorded. Charging only the answers a run happened to give would be
 /// a bound on its realised path (an odometer), not a guarantee (docs/pate.md).
 struct PateQueries {
-  double sigma1 = 0;
-  double sigma2 = 0;
-  long queries = 0;
-  long answers = 0;
+  double sigma1 = 0;  // noise std of the threshold test, in votes (0: no test)
+  double sigma2 = 0;  // noise std of GNMax, in votes (> 0)
+  long queries = 0;   // at most this many queries (each a threshold test when sigma1 > 0)
+  long answers = 0;   // at most this many answers, in [0, queries]
 };
 
 /// Data-independent RDP of PATE queries, composed with DP-SGD steps of the
@@ -113,6 +113,8 @@ class PateAccountant final : public RdpCurveAccountant {
 
   nlohmann::json to_json() const override;  // adds "queries"
   std::unique_ptr<Accountant> clone() const override;
+  /// Rebuilds the accountant from to_json() output: its orders, its ledger
+  /// replayed through step() and its queries through record(), each validated again.
   static std::unique_ptr<PateAccountant> from_json(const nlohmann::json& j);
 
  protected:

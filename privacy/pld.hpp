@@ -20,6 +20,7 @@ namespace dpgrad::privacy {
 /// A privacy loss distribution on the grid {i h}: mass[k] at loss (offset + k) h,
 /// plus an atom at +infinity. Masses under the first distribution of the pair.
 struct DiscretePld {
+  /// h, the index of mass[0], the masses, and the mass of the atom at +infinity.
   double grid_spacing = 1.0;
   long offset = 0;
   std::vector<double> mass;
@@ -39,8 +40,13 @@ double pld_epsilon(const DiscretePld& pld, double delta, double extra = 0);
 /// pair (X, N(0,1)) against (X, mixture with Z = sqrt(K/X)/sigma), X ~ chi2_K revealed.
 enum class PldDirection { remove, add };
 
+/// Tight numerical accounting of Poisson-subsampled steps and DP-SGD-JL steps,
+/// add/remove-one neighbours: each ledger entry's PLD, both directions, composed
+/// by FFT; epsilon() and delta() take the larger direction of the pessimistic PLDs.
 class PldAccountant final : public Accountant {
  public:
+  /// Numerical settings; the constructor throws std::invalid_argument for one
+  /// out of its range (e.g. grid_spacing in (0, 1], tail_fraction in (0, 0.5]).
   struct Options {
     /// Loss grid spacing h (the finest used; coarsened automatically when the
     /// composed distribution would need more than max_grid_points).
@@ -65,6 +71,8 @@ class PldAccountant final : public Accountant {
     bool jl_paper_pair = false;
   };
 
+  /// Default Options, or the given ones (throws std::invalid_argument for an option
+  /// out of range); a copy shares the cached composition of the ledger.
   PldAccountant();
   explicit PldAccountant(Options options);
   PldAccountant(const PldAccountant& other);
@@ -82,8 +90,12 @@ class PldAccountant final : public Accountant {
   /// Grid spacing actually used by the last evaluation (0 before any).
   double last_grid_spacing() const;
 
+  /// The settings it was built with.
   const Options& options() const { return options_; }
   nlohmann::json to_json() const override;
+  /// Rebuilds the accountant from to_json() output: its options, then its ledger
+  /// replayed through step(). Throws std::invalid_argument for another accountant's
+  /// JSON, an option of the wrong type or out of range, or a bad ledger.
   static std::unique_ptr<PldAccountant> from_json(const nlohmann::json& j);
   std::unique_ptr<Accountant> clone() const override;
 

@@ -14,8 +14,8 @@ namespace dpgrad::privacy::pld_detail {
 /// Where a single step's distribution is cut: below y_lo (only if the loss is
 /// unbounded below) and above y_hi.
 struct StepRange {
-  double y_lo = -kInf, y_hi = kInf;
-  double loss_lo = 0, loss_hi = 0;
+  double y_lo = -kInf, y_hi = kInf;  // the cuts in y (y_lo stays -infinity when the loss is bounded below)
+  double loss_lo = 0, loss_hi = 0;   // the loss at y_lo (or its infimum, when bounded below) and at y_hi
   double tail = 0;  // the budget the range was found for
 };
 
@@ -34,7 +34,7 @@ StepRange find_range(const PairModel& m, double tail, double max_loss);
 /// two grid neighbours with the probabilities that keep its mean; wide cells and
 /// the top are rounded down, the bottom tail dropped.
 struct StepPld {
-  DiscretePld upper, lower;
+  DiscretePld upper, lower;  // the dominating PLD, and the optimistic one (only when asked for)
   double slack = 0;  // bound on the total-variation error of the cell masses
 };
 
@@ -85,6 +85,9 @@ constexpr double kHugeZ = 1e4;
 /// the paper's JL pair), or for DP-SGD-JL the mixture over the cells of X.
 class StepModel {
  public:
+  /// Ledger entry `s` in direction `dir`, its ranges found for truncation budget `tail`:
+  /// for DP-SGD-JL (without jl_paper_pair) one part per cell of X; with 1/sigma above
+  /// kHugeZ one unbounded part; otherwise a single GaussianPair or JlPair.
   StepModel(const Step& s, PldDirection dir, double tail, const PldAccountant::Options& o)
       : q_(s.sampling_rate), dir_(dir) {
     if (s.jl_dim > 0 && !o.jl_paper_pair) {
@@ -116,9 +119,14 @@ class StepModel {
     }
   }
 
+  /// The lowest and highest loss of its parts' ranges (when these give no range,
+  /// widened to at most 0 and at least 1).
   double loss_lo() const { return loss_lo_; }
   double loss_hi() const { return loss_hi_; }
 
+  /// The step's PLD on the grid of spacing h (rel_width as in discretise() above):
+  /// for a mixture, the parts' PLDs weighted by their cells' probabilities, slack
+  /// including the cells' weight error; `lower` only when with_lower.
   StepPld discretise(double h, double rel_width, bool with_lower) const {
     if (single_) return pld_detail::discretise(*parts_[0].worst, parts_[0].worst_range, h, rel_width, with_lower);
     StepPld out;
@@ -149,7 +157,7 @@ class StepModel {
 
  private:
   struct Part {
-    double weight = 0, z_best = 0;
+    double weight = 0, z_best = 0;  // the part's weight (its cell's probability), and Z at the cell's large-X end
     std::unique_ptr<PairModel> worst, best;  // null: Z unbounded (worst) / z_best in {0, unbounded} (best)
     StepRange worst_range, best_range;
   };

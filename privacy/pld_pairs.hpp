@@ -90,6 +90,8 @@ class PairModel {
 /// Poisson-subsampled Gaussian with sensitivity mu = 1/sigma in units of the noise.
 class GaussianPair final : public PairModel {
  public:
+  /// Sampling rate q, noise multiplier sigma and direction; for q < 1 the loss is
+  /// bounded: below by log(1 - q) (remove), above by -log(1 - q) (add).
   GaussianPair(double q, double sigma, PldDirection dir) : q_(q), mu_(1.0 / sigma), dir_(dir) {
     if (q < 1) {
       if (dir == PldDirection::remove) loss_inf = std::log1p(-q);
@@ -152,6 +154,7 @@ class GaussianPair final : public PairModel {
 /// that vanish at both ends); its error is estimated by the rule at twice the step.
 class ChiMixture {
  public:
+  /// X ~ chi2_k and Z = sqrt(k / X) / sigma (noise multiplier sigma).
   ChiMixture(int k, double sigma)
       : half_k_(0.5 * k), cz_(std::sqrt(static_cast<double>(k)) / sigma), z_mode_(1.0 / sigma) {
     log_norm_ = half_k_ * std::numbers::ln2 + std::lgamma(half_k_);
@@ -162,6 +165,7 @@ class ChiMixture {
     u_right_ = right_level(120.0);
   }
 
+  /// log f(u), the log density of u = log X; Z at u; the u where Z = z.
   double log_f(double u) const { return half_k_ * u - 0.5 * std::exp(u) - log_norm_; }
   double z_of(double u) const { return cz_ * std::exp(-0.5 * u); }
   double u_of(double z) const { return 2.0 * std::log(cz_ / z); }
@@ -285,6 +289,8 @@ class ChiMixture {
 /// add = the reverse, reflected. log dA/dB = log(1 - q + q M(y)), M(y) = E[e^{Z y - Z^2/2}].
 class JlPair final : public PairModel {
  public:
+  /// Sampling rate q, noise multiplier sigma, k projections and direction; the loss
+  /// is bounded for q < 1 as for GaussianPair.
   JlPair(double q, double sigma, int k, PldDirection dir) : q_(q), dir_(dir), mix_(k, sigma) {
     expensive = true;
     if (q < 1) {

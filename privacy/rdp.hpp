@@ -28,6 +28,7 @@ double rdp_subsampled_gaussian(double sampling_rate, double noise_multiplier, do
 /// An accountant whose analysis is an RDP curve summed over its ledger.
 class RdpCurveAccountant : public Accountant {
  public:
+  /// The RDP orders of its grid, sorted, without duplicates.
   const std::vector<double>& orders() const { return orders_; }
   /// Total RDP of the ledger at each of orders().
   virtual std::vector<double> rdp() const = 0;
@@ -67,6 +68,8 @@ class RdpAccountant final : public RdpCurveAccountant {
 
   nlohmann::json to_json() const override;  // adds "refine_order"
   std::unique_ptr<Accountant> clone() const override;
+  /// Rebuilds the accountant from to_json() output: its orders (the default grid
+  /// when it refined), then its ledger replayed through step(), validated again.
   static std::unique_ptr<RdpAccountant> from_json(const nlohmann::json& j);
 
  private:

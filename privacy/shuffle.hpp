@@ -12,6 +12,10 @@
 
 namespace dpgrad::privacy {
 
+/// Shuffled passes of batches of b out of n examples, each pass stopped after a
+/// fraction f: RDP at integer orders, replace-one neighbours. Every step is
+/// recorded at sampling_rate b / n; its position in the pass sets the rate it is
+/// analysed at (sampling_rate_at).
 class ShuffleAccountant final : public RdpCurveAccountant {
  public:
   /// n >= 1 examples, batches of 1 <= b <= n, each pass stops after
@@ -23,6 +27,7 @@ class ShuffleAccountant final : public RdpCurveAccountant {
   Neighbouring neighbouring() const override { return Neighbouring::replace_one; }
   std::vector<double> rdp() const override;
 
+  /// n, b, f, and the steps of each pass, max(1, floor(f n / b)).
   long dataset_size() const { return n_; }
   long batch_size() const { return b_; }
   double epoch_fraction() const { return f_; }
@@ -32,6 +37,8 @@ class ShuffleAccountant final : public RdpCurveAccountant {
 
   nlohmann::json to_json() const override;  // adds n, b, f
   std::unique_ptr<Accountant> clone() const override;
+  /// Rebuilds the accountant from to_json() output: n, b, f and its orders, then
+  /// its ledger replayed through step(), validated again.
   static std::unique_ptr<ShuffleAccountant> from_json(const nlohmann::json& j);
 
  protected:

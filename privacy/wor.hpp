@@ -29,6 +29,8 @@ class WorAccountant final : public RdpCurveAccountant {
   std::vector<double> rdp() const override;
 
   std::unique_ptr<Accountant> clone() const override;
+  /// Rebuilds the accountant from to_json() output: its orders, then its ledger
+  /// replayed through step(), validated again.
   static std::unique_ptr<WorAccountant> from_json(const nlohmann::json& j);
 };
 

@@ -59,8 +59,12 @@ std::string checkpoint_file_hash(const std::string& bytes);
 /// The version of the checkpoint format this build writes and reads (2: keyed).
 inline constexpr int kCheckpointVersion = 2;
 
+/// A checkpoint directory (the layout above): saves, verifies and restores a
+/// run's checkpoints. CheckpointLock keeps other runs out of it.
 class CheckpointDir {
  public:
+  /// Touches nothing on disk. `keep`: how many checkpoints a save leaves (at
+  /// least 1; a smaller value counts as 1). path() is `dir`.
   explicit CheckpointDir(std::filesystem::path dir, int keep = 1);
   const std::filesystem::path& path() const { return dir_; }
 
@@ -77,6 +81,7 @@ class CheckpointDir {
   /// removes older ones beyond `keep`; then raises the key's high-water mark to
   /// `step` (and the accountant's ledger). `extra` is stored verbatim (options,
   /// history, counters).
+  /// Returns the new checkpoint's folder.
   template <class T>
   std::filesystem::path save(long step, const TrainingStateT<T>& state, const nlohmann::json& extra, RunKey& key) const;
 
@@ -104,6 +109,7 @@ class CheckpointDir {
   int keep_;
 };
 
+/// TrainingStateT over float parameters.
 using TrainingState = TrainingStateT<float>;
 
 /// Holds a checkpoint directory for one run: creates it (an unwritable place fails
@@ -112,6 +118,8 @@ using TrainingState = TrainingStateT<float>;
 /// save that was killed half-way left behind. The lock lasts as long as the object.
 class CheckpointLock {
  public:
+  /// Throws CheckpointError when `dir` cannot be created, written or locked
+  /// (another run holding the lock, say).
   explicit CheckpointLock(const std::filesystem::path& dir);
   ~CheckpointLock();
   CheckpointLock(const CheckpointLock&) = delete;

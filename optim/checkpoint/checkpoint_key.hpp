@@ -25,6 +25,8 @@ class CheckpointError : public std::runtime_error {
 /// else $HOME/.local/state/dpgrad/checkpoint-keys. Throws CheckpointError when none can be named.
 std::filesystem::path default_key_store();
 
+/// One run's checkpoint key and high-water mark from the key store (see the top
+/// of this file). A lock taken on the run's key lasts as long as the object.
 class RunKey {
  public:
   /// A new run: a fresh random id and key, written to `store` (created with mode 0700
@@ -45,6 +47,7 @@ class RunKey {
   RunKey(const RunKey&) = delete;
   RunKey& operator=(const RunKey&) = delete;
 
+  /// The run's id: 32 lower-case hex digits (valid_run_id).
   const std::string& run_id() const { return id_; }
   /// The 32 key bytes (to send to the other ranks of a run; never written anywhere else).
   const std::string& key_bytes() const { return key_; }
@@ -57,6 +60,7 @@ class RunKey {
   long saved_ledger() const { return ledger_; }
   /// Raises the high-water mark to a save of `step` with `ledger` accounted steps
   /// (the key file is replaced atomically; never lowered).
+  /// Throws CheckpointError for a borrowed key or a save below the mark.
   void record_saved(long step, long ledger);
 
  private:

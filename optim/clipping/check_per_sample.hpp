@@ -16,17 +16,19 @@ namespace dpgrad {
 struct PerSampleRoute {
   std::string name;          // "vanilla", "ghost", "rules (ghost norms)", "rules (materialised norms)"
   bool refused = false;      // threw std::invalid_argument: `error` says why
-  std::string error;
+  std::string error;         // the refusal's message (empty unless refused)
   double norm_error = 0;     // max over samples of |n_i - naive_i| / naive_i
   double sum_error = 0;      // ||clipped sum - naive's|| / ||naive's||, over all parameters
   bool has_sum = false;      // the strategies form a clipped sum; the rules taken directly only norms
 };
 
+/// What check_per_sample found: the per-example loop's norms, and every exact
+/// route compared with the loop.
 struct PerSampleCheck {
   std::size_t batch = 0;             // examples
   double clip_norm = 0;              // the C both clipped sums used
   std::vector<double> naive_norms;   // (batch) the per-example loop's ||g_i||
-  std::vector<PerSampleRoute> routes;
+  std::vector<PerSampleRoute> routes;  // in the order of PerSampleRoute::name's list
 
   /// Every route ran and agrees within `tolerance` (relative).
   bool agrees(double tolerance) const;

@@ -7,7 +7,10 @@
 
 namespace dpgrad {
 
+/// A clipping strategy as parse_clip_spec reads it from its text; the numbers
+/// not used by its kind stay 0.
 struct ClipSpec {
+  /// The strategies of optim/clipping/clipping.hpp.
   enum class Kind { none, naive, vanilla, ghost, jl, microbatch };
   Kind kind = Kind::ghost;
   int directions = 0;    // jl:K

@@ -17,6 +17,8 @@ namespace dpgrad {
 
 class Rng;
 
+/// What a clipping strategy computed for one batch (strategy none: the plain
+/// sum, no norms).
 template <class T>
 struct ClipResult {
   std::vector<ArrayT<T>> sum;  // per parameter, model.parameters() order: sum of clipped contributions
@@ -25,10 +27,13 @@ struct ClipResult {
   std::size_t clipped = 0;     // contributions with c < 1
 };
 
+/// One route to a batch's sum of clipped contributions (the list at the top of
+/// this file); make_clip_strategy or the functions of namespace clipping make one.
 template <class T>
 class ClipStrategyT {
  public:
   virtual ~ClipStrategyT() = default;
+  /// The strategy's text, as parse_clip_spec reads it: "ghost", "jl:K", "microbatch:M", ...
   virtual std::string name() const = 0;
   /// Sum of clipped contributions for `batch` (which may be empty). `rng` draws
   /// any randomness the strategy needs (JL directions).
@@ -63,6 +68,7 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const std::string& spec, do
 
 /// Typed clipping strategies.
 namespace clipping {
+/// The naive, vanilla and ghost strategies (the list at the top of this file).
 template <class T = float>
 std::shared_ptr<ClipStrategyT<T>> naive();
 template <class T = float>
@@ -121,6 +127,7 @@ T clip_factor(double norm, double clip_norm, std::size_t coordinates);
 template <class T>
 double squared_norm(const T* g, std::size_t n);
 
+/// ClipStrategyT over float parameters.
 using ClipStrategy = ClipStrategyT<float>;
 
 }  // namespace dpgrad

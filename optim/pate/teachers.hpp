@@ -28,7 +28,7 @@ std::vector<std::vector<std::size_t>> pate_partition(const std::vector<std::int6
 
 /// How each teacher (or the student) is trained: non-privately, SGD with momentum.
 struct PateTraining {
-  std::function<std::unique_ptr<ModelT<float>>(Rng& init)> make_model;
+  std::function<std::unique_ptr<ModelT<float>>(Rng& init)> make_model;  // a fresh model drawn from `init`; required
   double epochs = 40;
   std::size_t batch_size = 32;
   double lr = 0.05;

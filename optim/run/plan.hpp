@@ -85,6 +85,8 @@ struct PlanSettings {
 /// first problem. RunPlan::make calls it; programs call it before reading data.
 void check_plan_settings(const PlanSettings& settings);
 
+/// A run's plan (see the top of this file): its sampler, length, delta,
+/// accountant and noise multiplier, settled by make() before any data is read.
 class RunPlan {
  public:
   /// An empty plan (of nothing); RunPlan::make() makes real ones.
@@ -103,6 +105,11 @@ class RunPlan {
   /// reached. Throws std::invalid_argument as make() does.
   RunPlan extended(double noise_multiplier) const;
 
+  /// What the plan settled: the settings it was made from; whether the run is
+  /// private and adds noise (sigma > 0); N; the noised coordinates a step; the
+  /// sampler's name ("poisson", "shuffle" or "fixed"; always "shuffle" when not
+  /// private), its sampling rate q and expected batch size L; the steps of an
+  /// epoch and of the whole run.
   const PlanSettings& settings() const { return s_; }
   bool is_private() const { return !s_.non_private; }
   bool adds_noise() const { return is_private() && sigma_ > 0; }
@@ -115,15 +122,19 @@ class RunPlan {
   long total_steps() const { return total_steps_; }
   /// Steps cut to stay within the target at the given noise multiplier (0: none).
   long steps_cut() const { return cut_; }
+  /// sigma: calibrated for the target epsilon, given, or kept by resumed().
   double noise_multiplier() const { return sigma_; }
   /// The noise multiplier the accountant sees: sigma / the strategy's accounted sensitivity.
   double accounted_noise_multiplier() const;
+  /// Whether sigma was calibrated for a target; delta and the accountant's name
+  /// (0 and "" when not private).
   bool calibrated() const { return calibrated_; }
   double delta() const { return delta_; }
   const std::string& accountant_name() const { return accountant_; }
   /// What a run's output must say about settings it was asked to accept (a large delta).
   const std::vector<std::string>& warnings() const { return warnings_; }
 
+  /// A fresh sampler of the plan's kind over the N records (optim/sampling/sampler.hpp).
   std::unique_ptr<Sampler> make_sampler() const;
   /// A fresh accountant for the run (null when not private), holding the
   /// releases made before training when `with_releases`.

@@ -71,6 +71,8 @@ struct CheckpointPolicy {
   std::filesystem::path key_store;  // the per-user store of run keys (empty: default_key_store())
 };
 
+/// The settings of a training run for PrivateTrainerT; check_training_config
+/// checks those that need no data.
 template <class T>
 struct PrivateTrainingConfigT {
   // ---- privacy
@@ -121,6 +123,7 @@ struct PrivateTrainingConfigT {
   // ---- not private at all: plain training (no clipping, no noise, shuffled epochs from `seed`)
   bool non_private = false;
 };
+/// PrivateTrainingConfigT over float parameters.
 using PrivateTrainingConfig = PrivateTrainingConfigT<float>;
 
 /// Checks everything in `config` that needs no data, for an optimizer starting
@@ -186,6 +189,7 @@ struct EpochReport {
   std::optional<Evaluation> evaluation;  // on the data train() was given
 };
 
+/// What train() calls as the run goes; each hook is optional (empty: not called).
 template <class T>
 struct TrainHooksT {
   /// After each step, with no private figure: steps done and planned (a progress bar). No save needed.
@@ -203,8 +207,9 @@ struct TrainHooksT {
   std::function<nlohmann::json()> extra;
 };
 
+/// What train() returns: how the run ended, its steps and its epsilon.
 struct TrainResult {
-  RunStatus status = RunStatus::complete;
+  RunStatus status = RunStatus::complete;  // stopped_by_budget when the plan cut steps for the target
   long steps = 0;           // taken in all (the resumed ones included)
   long planned_steps = 0;   // before the budget cut
   double epsilon = 0;       // spent (+infinity without noise)
@@ -212,6 +217,9 @@ struct TrainResult {
   double step_seconds = 0, communication_seconds = 0, wait_seconds = 0;  // this call's, summed over its epochs
 };
 
+/// Owns one training run (see the top of this file): built from the model, the
+/// base optimizer, the data and the config, which it checks and plans; train()
+/// runs it to the end, step() one step at a time.
 template <class T>
 class PrivateTrainerT {
  public:
@@ -237,6 +245,7 @@ class PrivateTrainerT {
   StepStats step();
   bool done() const { return steps_ >= plan_.total_steps(); }
 
+  /// Steps taken (a resumed run's earlier ones included), planned in all, and per epoch.
   long steps_done() const { return steps_; }
   long total_steps() const { return plan_.total_steps(); }
   long steps_per_epoch() const { return plan_.steps_per_epoch(); }
@@ -284,6 +293,8 @@ class PrivateTrainerT {
   const nlohmann::json& settings() const { return settings_; }
 
   // ---- evaluation (with the parameter average when ema > 0)
+  /// The model's Evaluation on `data`, run `chunk` examples at a time in
+  /// evaluation mode. Throws std::invalid_argument when chunk is 0.
   Evaluation evaluate(const BatchT<T>& data, std::size_t chunk = 500);
   /// Adds a metric evaluate() reports after the built-in ones. Throws
   /// std::invalid_argument for an empty name, a name taken (by a built-in
@@ -366,6 +377,7 @@ class PrivateTrainerT {
   std::vector<std::pair<std::int64_t, std::size_t>> shard_;  // (record position, row), sorted: data-parallel runs
 };
 
+/// PrivateTrainerT over float parameters.
 using PrivateTrainer = PrivateTrainerT<float>;
 
 
