@@ -60,7 +60,7 @@ void check_samples(const ParamUses<T>& g, const ParamUse<T>& u, std::size_t batc
       what = "that holds no samples (a constant; mark the batch's data with per_sample_input)";
       break;
     case Samples::Kind::mixed:
-      what = "that mixes samples" + (s.by ? mixing_explained(s) : std::string(" (an op combined several samples' data)"));
+      what = "that mixes samples" + mixing_explained(s);
       break;
     case Samples::Kind::subset:
       what = "that holds a subset of the samples (sliced along its per-sample axis " + std::to_string(s.axis) + ")";
@@ -224,7 +224,7 @@ void check_per_sample_losses(const TensorT<T>& losses, std::size_t batch) {
   const std::string want = ", not one loss for each of the batch's " + std::to_string(batch) + " samples: ";
   if (s.kind == Samples::Kind::mixed)
     throw std::invalid_argument(head + "mixed samples" + want + "the model mixes samples" +
-                                (s.by ? mixing_explained(s) : std::string(" (an op combined several samples' data)")) +
+                                mixing_explained(s) +
                                 "; use the naive strategy (see docs/per-sample.md)");
   throw std::invalid_argument(head + s.str() + want +
                               "the model moves or regroups them (the losses must hold one sample each, in order, on "

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/parallel.hpp"
@@ -106,5 +107,11 @@ ParamUse<T>* record_elementwise_use(TapeT<T>& tape, const std::shared_ptr<Node<T
 /// `a` (shape split as `order` says) made contiguous with its samples in front.
 template <class T>
 ArrayT<T> samples_in_front(const ArrayT<T>& a, const SamplesToFront& order);
+/// What an elementwise use's rule reads as its output gradient: `dout` itself,
+/// or a copy with the samples moved to the front as `moved` says.
+template <class T>
+std::shared_ptr<const ArrayT<T>> moved_output_grad(std::shared_ptr<const ArrayT<T>> dout, const SamplesToFront& moved) {
+  return moved.identity ? dout : std::make_shared<const ArrayT<T>>(samples_in_front<T>(*dout, moved));
+}
 
 }  // namespace dpgrad::detail

@@ -18,7 +18,8 @@ std::string MixedBy::str() const {
 }
 
 std::string mixing_explained(const Samples& s) {
-  return s.kind == Samples::Kind::mixed && s.by ? ": " + s.by->str() : std::string();
+  if (s.kind != Samples::Kind::mixed) return "";
+  return s.by ? ": " + s.by->str() : std::string(" (an op combined several samples' data)");
 }
 
 Samples samples_named(Samples out, std::span<const Samples> in, const char* op) {

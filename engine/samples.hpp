@@ -109,7 +109,8 @@ Samples samples_unknown(std::span<const Samples> in);
 /// input was mixed already). Called by apply() for every op.
 Samples samples_named(Samples out, std::span<const Samples> in, const char* op);
 /// The text a refusal gives for mixed samples: ": <op> <what it did>" with the
-/// batch-normalisation hint for statistics over the batch, or "" when unknown.
+/// batch-normalisation hint for statistics over the batch, or a general remark
+/// when the op is unknown; "" for samples that are not mixed.
 std::string mixing_explained(const Samples& s);
 /// Sum or mean over `axes` (sorted, unique) of a tensor of `rank` axes: over
 /// the per-sample axis mixes (unless there is one sample).

@@ -19,34 +19,6 @@ namespace dpgrad::detail {
 
 namespace {
 
-/// For each element of one row of `out` (all axes but 0), the element of `param`
-/// (numpy-broadcast against out) that it reads; null when param varies along
-/// out's axis 0 (it would then read different elements for different samples).
-std::shared_ptr<const std::vector<std::uint32_t>> row_index(const Shape& param, const Shape& out) {
-  const std::size_t nd = out.size(), lead = nd - param.size();
-  if (nd == 0 || param.size() > nd) return nullptr;
-  if (lead == 0 && param[0] != 1) return nullptr;
-  std::vector<std::size_t> stride(nd, 0);  // param's stride along each output axis, 0 where broadcast
-  for (std::size_t i = nd, s = 1; i-- > lead;) {
-    const std::size_t len = param[i - lead];
-    stride[i] = len == 1 ? 0 : s;
-    s *= len;
-  }
-  std::size_t row = 1;
-  for (std::size_t i = 1; i < nd; ++i) row *= out[i];
-  auto index = std::make_shared<std::vector<std::uint32_t>>(row);
-  std::vector<std::size_t> idx(nd, 0);
-  for (std::size_t e = 0; e < row; ++e) {
-    std::size_t k = 0;
-    for (std::size_t i = 1; i < nd; ++i) k += idx[i] * stride[i];
-    (*index)[e] = std::uint32_t(k);
-    for (std::size_t i = nd; i-- > 1;)
-      if (++idx[i] < out[i]) break;
-      else idx[i] = 0;
-  }
-  return index;
-}
-
 /// For every element of `out`, the element of `param` (numpy-broadcast against
 /// out) that it reads.
 std::vector<std::uint32_t> full_index(const Shape& param, const Shape& out) {
@@ -68,6 +40,18 @@ std::vector<std::uint32_t> full_index(const Shape& param, const Shape& out) {
       else idx[i] = 0;
   }
   return index;
+}
+
+/// For each element of one row of `out` (all axes but 0), the element of `param`
+/// (numpy-broadcast against out) that it reads; null when param varies along
+/// out's axis 0 (it would then read different elements for different samples).
+std::shared_ptr<const std::vector<std::uint32_t>> row_index(const Shape& param, const Shape& out) {
+  const std::size_t nd = out.size(), lead = nd - param.size();
+  if (nd == 0 || param.size() > nd) return nullptr;
+  if (lead == 0 && param[0] != 1) return nullptr;
+  Shape row = out;  // param does not vary along axis 0: one row's index is every row's
+  row[0] = 1;
+  return std::make_shared<const std::vector<std::uint32_t>>(full_index(param, row));
 }
 
 /// The row index of a use whose samples are moved to the front by `order`:

@@ -198,8 +198,7 @@ struct LayerNormOp final : Op<T> {
   void keep_output_grad(std::shared_ptr<const ArrayT<T>> dout) override {
     for (int i = 0; i < 2; ++i)
       if (uses[i])
-        uses[i]->delta =
-            moved[i].identity ? dout : std::make_shared<const ArrayT<T>>(detail::samples_in_front<T>(*dout, moved[i]));
+        uses[i]->delta = detail::moved_output_grad<T>(dout, moved[i]);
   }
 };
 
