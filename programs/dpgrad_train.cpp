@@ -207,8 +207,9 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   }
   if (o.centre_features > 0) {  // a private mean of the normalised features (docs/feature-centring.md)
     auto* centre = dynamic_cast<FeatureModelT<float>&>(*model).net().find<CentreT<float>>();
+    const std::size_t n = centre->centre().size();  // rows clipped to norm sqrt(n): about one per feature
     cfg.releases.push_back(private_feature_mean<float>(
-        7 * 7 * 81, std::sqrt(7.0 * 7 * 81), o.centre_features,
+        n, std::sqrt(double(n)), o.centre_features,
         [](const BatchT<float>& r) { return scattering_normalised(r.inputs); },
         [centre](const ArrayT<float>& m) { centre->set_centre(m); }));
   }
@@ -250,8 +251,8 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   hooks.extra = [&] {  // the classes let dpgrad-predict rebuild the model
     return json{{"options", run_options_json(o)}, {"classes", d.split.classes}, {"history", history}, {"seconds", elapsed()}};
   };
-  hooks.on_epoch = [&](const EpochReport&) {
-    print_epoch(facts, history.back());
+  hooks.on_epoch = [&](const EpochReport& e) {
+    print_epoch(facts, history.back(), e.epsilon);
     check_standard_output();  // a lost epoch row stops the run (its checkpoint is on disk: --resume continues)
   };
   TrainResult result;

@@ -23,12 +23,12 @@ int main(int argc, char** argv) {
   config.reproducible_noise = argc > 2;  // by name only: NOT private (tests compare runs bit for bit)
   PrivateTrainer trainer(*model, sgd, train, config);
   TrainHooksT<float> hooks;
-  hooks.on_epoch = [](const EpochReport& e) {
-    std::printf("epoch %ld step %ld: test accuracy %.2f%%, epsilon %.4f\n", e.epoch, e.steps,
-                100 * e.evaluation->accuracy, e.epsilon);
+  hooks.on_epoch = [&trainer](const EpochReport& e) {
+    std::printf("epoch %ld step %ld: test accuracy %.2f%%, %s\n", e.epoch, e.steps, 100 * e.evaluation->accuracy,
+                trainer.privacy_statement(e.epsilon).c_str());
     std::fflush(stdout);
   };
   const TrainResult result = trainer.train(hooks, &test);
-  std::printf("%s; epsilon %.4f at delta %g\n", result.message.c_str(), result.epsilon, trainer.delta());
+  std::printf("%s; %s\n", result.message.c_str(), trainer.privacy_statement(result.epsilon).c_str());
   return 0;
 }

@@ -38,6 +38,6 @@ int main() {
   trainer.train();
   const double accuracy = trainer.evaluate(test).accuracy;
   if (rank == 0)
-    std::printf("%d process(es): test accuracy %.2f%% at epsilon %.3f\n", size, 100 * accuracy, trainer.epsilon());
+    std::printf("%d process(es): test accuracy %.2f%% at %s\n", size, 100 * accuracy, trainer.privacy_statement().c_str());
   return accuracy > 0.75 && trainer.epsilon() <= 2.0 ? 0 : 1;
 }

@@ -32,12 +32,13 @@ int main() {
   config.batch_size = 500;
   dpgrad::PrivateTrainer trainer(*model, sgd, train, config);
   dpgrad::TrainHooksT<float> hooks;
-  hooks.on_epoch = [](const dpgrad::EpochReport& e) {
-    std::printf("epoch %ld: test accuracy %.2f%%, epsilon %.3f\n", e.epoch, 100 * e.evaluation->accuracy, e.epsilon);
+  hooks.on_epoch = [&trainer](const dpgrad::EpochReport& e) {  // epsilon rounded up, never below the truth
+    std::printf("epoch %ld: test accuracy %.2f%%, %s\n", e.epoch, 100 * e.evaluation->accuracy,
+                trainer.privacy_statement(e.epsilon).c_str());
   };
   trainer.train(hooks, &test);
   const double accuracy = trainer.evaluate(test).accuracy;
-  std::printf("final: test accuracy %.2f%% at epsilon %.3f (delta %g, %s, sigma %.4f)\n", 100 * accuracy,
-              trainer.epsilon(), trainer.delta(), trainer.accountant_name().c_str(), trainer.noise_multiplier());
+  std::printf("final: test accuracy %.2f%% at %s, sigma %.4f\n", 100 * accuracy, trainer.privacy_statement().c_str(),
+              trainer.noise_multiplier());
   return accuracy > 0.8 && trainer.epsilon() <= 2.0 ? 0 : 1;
 }

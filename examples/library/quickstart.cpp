@@ -15,6 +15,5 @@ int main() {
   dpgrad::PrivateTrainer trainer(*model, sgd, data.train, config);
   trainer.train();
   const auto test = trainer.evaluate(data.test);
-  std::printf("test accuracy %.2f%% at epsilon %.3f (delta %g)\n", 100 * test.accuracy, trainer.epsilon(),
-              trainer.delta());
+  std::printf("test accuracy %.2f%% at %s\n", 100 * test.accuracy, trainer.privacy_statement().c_str());
 }

@@ -279,7 +279,7 @@ std::string RunPlan::describe() const {
   if (!is_private()) return s + ", not private";
   s += ", " + s_.strategy + " clipping at C = " + num(s_.clip_norm) + ", noise multiplier " + num(sigma_) +
        (calibrated_ ? " (calibrated)" : "") + ", delta " + num(delta_) + ", " + accountant_;
-  if (adds_noise()) s += ": epsilon " + num(final_epsilon()) + " at the end";
+  if (adds_noise()) s += ": epsilon " + privacy::format_epsilon(final_epsilon()) + " at the end";  // rounded up
   if (cut_ > 0) s += " (" + std::to_string(cut_) + " steps cut to stay within the target)";
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include <sodium.h>
 
+#include "engine/blas.hpp"
 #include "engine/check.hpp"
 #include "engine/communicator.hpp"
 #include "engine/ops.hpp"
@@ -36,6 +37,7 @@ ReleaseBeforeTrainingT<T> private_feature_mean(std::size_t dimension, double bou
                                                std::function<void(const ArrayT<T>&)> use) {
   ReleaseBeforeTrainingT<T> r;
   r.name = "feature_mean";
+  r.what = "a private mean of per-record features";
   r.dimension = dimension;
   r.bound = bound;
   r.noise_multiplier = noise_multiplier;
@@ -523,6 +525,65 @@ bool PrivateTrainerT<T>::adds_noise() const {
 template <class T>
 std::string PrivateTrainerT<T>::noise_generator() const {
   return noise_rng_->describe();
+}
+
+template <class T>
+std::string PrivateTrainerT<T>::privacy_statement(std::optional<double> eps) const {
+  if (config_.non_private) return "non-private";
+  if (!adds_noise()) return "NOT private: no noise";
+  std::string s = "epsilon " + privacy::format_epsilon(eps.value_or(epsilon())) + " (delta " + num(delta()) + ", " +
+                  accountant_name() + " accountant, " + privacy::to_string(accountant_->neighbouring()) + " neighbours)";
+  return dp_->noise_reproducible() ? s + " (" + kNotPrivateReproducible + ")" : s;
+}
+
+template <class T>
+nlohmann::json PrivateTrainerT<T>::privacy_json(std::optional<double> eps) const {
+  nlohmann::json j = {{"private", is_private()}};
+  if (!adds_noise()) return j;
+  const double e = eps.value_or(epsilon());
+  j["epsilon"] = std::isfinite(e) ? nlohmann::json(e) : nlohmann::json("inf");
+  j["delta"] = delta();
+  j["accountant"] = accountant_name();
+  j["neighbouring"] = privacy::to_string(accountant_->neighbouring());
+  if (dp_->noise_reproducible()) j["privacy_note"] = kNotPrivateReproducible;
+  return j;
+}
+
+template <class T>
+std::vector<std::string> PrivateTrainerT<T>::describe() const {
+  std::vector<std::string> lines;
+  if (steps_cut_for_budget() > 0)
+    lines.push_back("training stops after " + std::to_string(total_steps()) + " of " +
+                    std::to_string(total_steps() + steps_cut_for_budget()) + " steps: more would exceed epsilon " +
+                    num(*config_.target_epsilon));
+  if (config_.non_private) {
+    lines.push_back("non-private training: no clipping, no noise, no privacy guarantee");
+  } else {
+    lines.push_back(privacy::to_string(accountant_->neighbouring()) +
+                    " neighbours; noise, sampling and directions: " + noise_generator());
+    if (noise_multiplier() == 0) lines.push_back("WARNING: noise multiplier 0: this run is NOT private; no epsilon is reported");
+    for (const std::string& w : warnings()) lines.push_back("WARNING: " + w);
+    if (self_check_seconds_ > 0)
+      lines.push_back("structural self-check of " + strategy_->name() + " on 4 synthetic records: passed in " +
+                      privacy::format_number(self_check_seconds_, 3) + " s (docs/per-sample.md)");
+    if (dp_->noise_reproducible()) lines.push_back(std::string("WARNING: reproducible noise: this run is ") + kNotPrivateReproducible);
+    for (const auto& r : config_.releases)
+      lines.push_back("released before training, " + r.name + ": " + (r.what.empty() ? "a private release" : r.what) +
+                      ", noise multiplier " + num(r.noise_multiplier) + " (accounted with the run" +
+                      (resumed() ? "; kept in the checkpoint)" : ")"));
+  }
+  if (config_.communicator)
+    lines.push_back("data-parallel: " + config_.communicator->describe() + ", " + std::to_string(blas::threads()) +
+                    " engine threads each; each clips its shard of every batch, each coordinate is noised once "
+                    "(docs/distributed.md)");
+  if (resumed())
+    lines.push_back("resumed from " + config_.checkpoints.dir.string() + " at step " + std::to_string(steps_) + " of " +
+                    std::to_string(total_steps()) +
+                    (adds_noise() ? ", epsilon so far " + privacy::format_epsilon(epsilon()) : std::string()));
+  if (!extension_.empty())
+    lines.push_back("going on longer under a larger budget: " + extension_ + " (the run's noise multiplier " +
+                    privacy::format_number(noise_multiplier(), 5) + "; the ledger continues)");
+  return lines;
 }
 
 template <class T>

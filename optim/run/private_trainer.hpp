@@ -43,6 +43,7 @@ class Rng;
 template <class T>
 struct ReleaseBeforeTrainingT {
   std::string name;              // its key in checkpoints: letters, digits, '_', '-'
+  std::string what;              // for output: "a private mean of per-record features"
   std::size_t dimension = 0;     // values released (the rows' width)
   double bound = 0;              // L2 bound of each record's row, > 0
   double noise_multiplier = 0;   // noise std / bound, > 0
@@ -283,6 +284,19 @@ class PrivateTrainerT {
   const Sampler& sampler() const { return *sampler_; }
   /// The generator of noise, sampling and directions, for run output.
   std::string noise_generator() const;
+  /// What output must say of the run's privacy at `epsilon` (default: epsilon()),
+  /// epsilon rounded up: "epsilon 2.9999 (delta 1e-05, pld accountant, add/remove-one
+  /// neighbours)", followed by "(not private: ...)" for reproducible noise;
+  /// "NOT private: no noise" without noise; "non-private" for a non-private run.
+  std::string privacy_statement(std::optional<double> epsilon = std::nullopt) const;
+  /// The same as JSON fields: "private"; with noise "epsilon" (a number, or "inf"
+  /// when nothing is proven), "delta", "accountant", "neighbouring"; and
+  /// "privacy_note" for reproducible noise.
+  nlohmann::json privacy_json(std::optional<double> epsilon = std::nullopt) const;
+  /// The run's facts for the top of its output, one line each: a budget cut,
+  /// neighbours and generator, warnings, the self-check, releases before training,
+  /// data-parallel ranks, a resume and an extension. plan().describe() is not among them.
+  std::vector<std::string> describe() const;
   DPOptimizerT<T>& dp_optimizer() { return *dp_; }
   /// What defines this run, before any data is read: the config's privacy,
   /// length and sampling settings, the clipping strategy, the releases before

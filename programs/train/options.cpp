@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -22,12 +23,116 @@
 namespace dpgrad::train {
 
 namespace {
-const CLI::Validator kWholeNumber = whole_number();
+
+/// Whether a flag defines the run (stored in its checkpoints; a resumed run may
+/// repeat it, not change it) or belongs to one invocation.
+enum Role { kRun, kSession };
+
+/// Calls f(flag, field, help, role) for every flag, in --help order: the one
+/// list that the parser, a run's identity and --resume read.
+template <class O, class F>
+void for_each_option(O& o, F&& f) {
+  f("model", o.model, "one of:\n" + model_help() + "  onnx:PATH: an ONNX file's model (docs/onnx.md)", kRun);
+  f("freeze", o.freeze, "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular "
+    "expression constant: no gradient, no clipping, no noise", kRun);
+  f("export-onnx", o.export_onnx, "onnx:PATH: write the trained model to this ONNX file at the end", kSession);
+  f("dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text", kRun);
+  f("vocab-file", o.vocab_file, "text: token ids from this public token list (one token per line) instead of "
+    "feature hashing", kRun);
+  f("vocabulary", o.vocabulary, "text, feature hashing: the number of token ids (padding and unknown included); the "
+    "transformer's embedding has this many rows, the other text models need 8185", kRun);
+  f("frozen-embedding", o.frozen_embedding, "transformer: keep the embedding table at its random initialisation "
+    "(drawn from --seed, so it costs no privacy); only the layers after it train, are clipped and are noised", kRun);
+  f("centre-features", o.centre_features, "scatter-linear, scatter-cnn, private: take from every sample a private "
+    "estimate of the mean of its normalised features, a Gaussian release of this noise multiplier accounted with the "
+    "run (0: off)", kRun);
+  f("classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)", kRun);
+  f("show-record-counts", o.show_record_counts, "with --classes: print how many training and test records the kept "
+    "classes hold; those counts are computed from the private labels and are NOT covered by epsilon "
+    "(docs/what-epsilon-covers.md)", kSession);
+  f("normalize", o.normalize, "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not "
+    "computed from the private data", kRun);
+  f("augment-views", o.augment_views, "K: train on K random views of each example (flips, shifts), its "
+    "loss the mean over them, so one clipped gradient per example (augmentation multiplicity; images only; 0: off)", kRun);
+  f("augment-shift", o.augment_shift, "largest shift of a view, in pixels along each axis", kRun);
+  f("augment-no-flip", o.augment_no_flip, "views are not mirrored left-right", kRun);
+  f("activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)", kRun);
+  f("hidden", o.hidden, "hidden units of mlp", kRun);
+  f("optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second "
+    "moment corrected for the noise)", kRun);
+  f("lr", o.lr, "learning rate (default: 0.1 for sgd and momentum, 0.001 for adam, their dp- versions alike)", kRun);
+  f("lr-schedule", o.schedule, "constant or cosine", kRun);
+  f("lr-final", o.lr_final, "cosine: the learning rate at the last step", kRun);
+  f("lr-scale", o.lr_scale, "LAYER=FACTOR,...: that layer's parameters (or one parameter, e.g. conv1.bias) move with "
+    "lr * FACTOR", kRun);
+  f("momentum", o.momentum, "momentum of momentum / dp-momentum", kRun);
+  f("weight-decay", o.weight_decay, "L2 weight decay", kRun);
+  f("adambc-floor", o.adambc_floor, "dp-adambc: floor of the corrected second moment, max(v_hat - noise variance, "
+    "floor)", kRun);
+  f("ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)", kRun);
+  f("sat-rho", o.sat_rho, "DP-SAT: take the gradients at a step of this length towards the previous noised gradient "
+    "(0: off)", kRun);
+  f("epochs", o.epochs, "epochs (may be fractional)", kRun);
+  f("batch-size", o.batch, "batch size (expected size under Poisson sampling)", kRun);
+  f("physical-batch-size", o.physical_batch, "clip each batch in chunks of at most this many examples, noised and "
+    "accounted once (0: one piece; naive, vanilla, ghost)", kRun);
+  f("max-steps", o.max_steps, "stop after this many steps (0: no limit)", kRun);
+  f("clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M", kRun);
+  f("clip-norm", o.clip_norm, "per-sample clipping norm C", kRun);
+  f("noise-multiplier", o.noise_multiplier, "sigma: noise std / C", kRun);
+  f("target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)", kRun);
+  f("delta", o.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 records); 1/N "
+    "or more only with --allow-large-delta", kRun);
+  f("allow-large-delta", o.allow_large_delta, "accept a --delta of 1/N or more, which allows publishing about delta N "
+    "records in full (a warning says so)", kRun);
+  f("accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)", kRun);
+  f("sampler", o.sampler, "poisson, shuffle, fixed", kRun);
+  f("epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data", kRun);
+  f("reproducible-noise", o.reproducible_noise, "draw noise, sampling and JL directions from a generator seeded by "
+    "--seed, so that the run can be repeated: NOT private (the noise can be recomputed from the seed); default: the "
+    "secure generator", kRun);
+  f("report-train-loss", o.report_train_loss, "private runs: also report the training loss, which is computed from "
+    "the private data without noise and is NOT covered by epsilon (labelled so wherever it appears)", kRun);
+  f("allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)", kRun);
+  f("seed", o.seed, "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
+    "--reproducible-noise)", kRun);
+  f("train-limit", o.train_limit, "use only the first N training examples (0: all)", kRun);
+  f("test-limit", o.test_limit, "use only the first N test examples (0: all)", kRun);
+  f("threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)", kRun);
+  f("layer-snr", o.layer_snr, "print each layer's signal-to-noise ratio per coordinate of the noised gradient every "
+    "epoch (from the released gradients: no privacy cost); a guide for --lr-scale", kSession);
+  f("json", o.json_out, "one JSON object per epoch and a final summary on stdout", kSession);
+  f("checkpoint-dir", o.checkpoint_dir, "write checkpoints here (at each epoch's end and every --checkpoint-every "
+    "steps)", kSession);
+  f("checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)", kRun);
+  f("resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)", kSession);
+  f("plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)", kSession);
+  f("demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)", kSession);
+}
+
+template <class V> struct is_list : std::false_type {};
+template <class V> struct is_list<std::vector<V>> : std::true_type {};
+template <class V> struct is_optional : std::false_type {};
+template <class V> struct is_optional<std::optional<V>> : std::true_type {};
+
+template <class V>
+json option_json(const V& v) {
+  if constexpr (is_optional<V>::value) return v ? json(*v) : json();
+  else return json(v);
+}
+template <class V>
+void option_from_json(const json& j, V& v) {
+  if constexpr (is_optional<V>::value) v = j.is_null() ? V() : V(j.get<typename V::value_type>());
+  else v = j.get<V>();
+}
+
 }  // namespace
 
 json run_options_json(const Options& o) {
   json j = json::object();
-  for_each_run_option(o, [&](const char* flag, const auto& v) { j[flag] = option_json(v); });
+  for_each_option(o, [&](const char* flag, const auto& v, const std::string&, Role role) {
+    if (role == kRun) j[flag] = option_json(v);
+  });
   return j;
 }
 
@@ -120,113 +225,24 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   Options& o = r.options;
   CLI::App app{"dpgrad-train: train a network, privately (DP-SGD / DP-Adam) or not, and report accuracy and epsilon"};
   dpgrad::name_cli_errors(app, "dpgrad-train");
-  app.add_option("--model", o.model, "one of:\n" + model_help() + "  onnx:PATH: an ONNX file's model (docs/onnx.md)")
-      ->capture_default_str();
-  app.add_option("--freeze", o.freeze,
-                 "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular expression "
-                 "constant: no gradient, no clipping, no noise");
-  app.add_option("--export-onnx", o.export_onnx, "onnx:PATH: write the trained model to this ONNX file at the end");
-  app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text")
-      ->capture_default_str();
-  app.add_option("--vocab-file", o.vocab_file,
-                 "text: token ids from this public token list (one token per line) instead of feature hashing");
-  app.add_option("--vocabulary", o.vocabulary,
-                 "text, feature hashing: the number of token ids (padding and unknown included); the transformer's "
-                 "embedding has this many rows, the other text models need 8185")
-      ->check(whole_number())->capture_default_str();
-  app.add_flag("--frozen-embedding", o.frozen_embedding,
-               "transformer: keep the embedding table at its random initialisation (drawn from --seed, so it "
-               "costs no privacy); only the layers after it train, are clipped and are noised");
-  app.add_option("--centre-features", o.centre_features,
-                 "scatter-linear, scatter-cnn, private: take from every sample a private estimate of the mean of its "
-                 "normalised features, a Gaussian release of this noise multiplier accounted with the run (0: off)")
-      ->capture_default_str();
-  app.add_option("--classes", o.classes, "keep only these classes, e.g. 0,9 (relabelled 0, 1, ...)")->delimiter(',');
-  app.add_flag("--show-record-counts", o.show_record_counts,
-               "with --classes: print how many training and test records the kept classes hold; those counts are "
-               "computed from the private labels and are NOT covered by epsilon (docs/what-epsilon-covers.md)");
-  app.add_option("--normalize", o.normalize,
-                 "MEAN,STD: feed (x - MEAN) / STD (pixels in [0, 1]); constants fixed in advance, not computed from "
-                 "the private data")
-      ->delimiter(',');
-  app.add_option("--augment-views", o.augment_views,
-                 "K: train on K random views of each example (flips, shifts), its loss the mean over them, so one "
-                 "clipped gradient per example (augmentation multiplicity; images only; 0: off)")
-      ->check(CLI::Range(0, 256));
-  app.add_option("--augment-shift", o.augment_shift, "largest shift of a view, in pixels along each axis")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
-  app.add_flag("--augment-no-flip", o.augment_no_flip, "views are not mirrored left-right");
-  app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
-  app.add_option("--hidden", o.hidden, "hidden units of mlp")->check(kWholeNumber)->capture_default_str();
-  app.add_option("--optimizer", o.optimizer,
-                 "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second moment "
-                 "corrected for the noise)")->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate (default: 0.1 for sgd and momentum, 0.001 for adam, their dp- "
-                               "versions alike)");
-  app.add_option("--lr-schedule", o.schedule, "constant or cosine")->capture_default_str();
-  app.add_option("--lr-final", o.lr_final, "cosine: the learning rate at the last step (default 0)")
-      ->capture_default_str();
-  app.add_option("--lr-scale", o.lr_scale,
-                 "LAYER=FACTOR,...: that layer's parameters (or one parameter, e.g. conv1.bias) move with lr * FACTOR")
-      ->capture_default_str();
-  app.add_option("--momentum", o.momentum, "momentum of momentum / dp-momentum")->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
-  app.add_option("--adambc-floor", o.adambc_floor,
-                 "dp-adambc: floor of the corrected second moment, max(v_hat - noise variance, floor)")
-      ->capture_default_str();
-  app.add_option("--ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)")
-      ->capture_default_str();
-  app.add_option("--sat-rho", o.sat_rho,
-                 "DP-SAT: take the gradients at a step of this length towards the previous noised gradient (0: off)")
-      ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "epochs (may be fractional)")->capture_default_str();
-  app.add_option("--batch-size", o.batch, "batch size (expected size under Poisson sampling)")->check(kWholeNumber)->capture_default_str();
-  app.add_option("--physical-batch-size", o.physical_batch,
-                 "clip each batch in chunks of at most this many examples, noised and accounted once (0: one piece; "
-                 "naive, vanilla, ghost)")
-      ->check(kWholeNumber);
-  app.add_option("--max-steps", o.max_steps, "stop after this many steps (0: no limit)")->check(kWholeNumber);
-  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M")->capture_default_str();
-  app.add_option("--clip-norm", o.clip_norm, "per-sample clipping norm C")->capture_default_str();
-  app.add_option("--noise-multiplier", o.noise_multiplier, "sigma: noise std / C");
-  app.add_option("--target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)");
-  app.add_option("--delta", o.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 "
-                 "records); 1/N or more only with --allow-large-delta");
-  app.add_flag("--allow-large-delta", o.allow_large_delta,
-               "accept a --delta of 1/N or more, which allows publishing about delta N records in full (a warning "
-               "says so)");
-  app.add_option("--accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)");
-  app.add_option("--sampler", o.sampler, "poisson, shuffle, fixed")->capture_default_str();
-  app.add_option("--epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data");
-  app.add_flag("--reproducible-noise", o.reproducible_noise,
-               "draw noise, sampling and JL directions from a generator seeded by --seed, so that the run can be "
-               "repeated: NOT private (the noise can be recomputed from the seed); default: the secure generator");
-  app.add_flag("--report-train-loss", o.report_train_loss,
-               "private runs: also report the training loss, which is computed from the private data without noise "
-               "and is NOT covered by epsilon (labelled so wherever it appears)");
-  app.add_flag("--allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)");
-  app.add_option("--seed", o.seed,
-                 "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
-                 "--reproducible-noise)")->capture_default_str()->check(kWholeNumber);
-  app.add_option("--train-limit", o.train_limit, "use only the first N training examples")->check(kWholeNumber);
-  app.add_option("--test-limit", o.test_limit, "use only the first N test examples")->check(kWholeNumber);
-  app.add_option("--threads", o.threads, "engine threads (0: every core, or DPGRAD_THREADS)")->check(CLI::Range(0, 1024));
-  app.add_flag("--layer-snr", o.layer_snr,
-               "print each layer's signal-to-noise ratio per coordinate of the noised gradient every epoch (from the "
-               "released gradients: no privacy cost); a guide for --lr-scale");
-  app.add_flag("--json", o.json_out, "one JSON object per epoch and a final summary on stdout");
-  app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "write checkpoints here (at each epoch's end and every --checkpoint-every steps)")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a directory") : std::string(); },
-                             "DIR"));
-  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)")->check(kWholeNumber);
-  app.add_flag("--resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)");
-  app.add_option("--plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)");
-  app.add_flag("--demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)");
+  for_each_option(o, [&](const char* flag, auto& v, const std::string& help, Role) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<V, bool>) {
+      app.add_flag(std::string("--") + flag, v, help);
+    } else {
+      CLI::Option* opt = app.add_option(std::string("--") + flag, v, help);
+      if constexpr (is_list<V>::value) opt->delimiter(',');
+      else if constexpr (!is_optional<V>::value) opt->capture_default_str();
+    }
+  });
+  app.get_option("--augment-views")->check(CLI::Range(0, 256));
+  app.get_option("--augment-shift")->check(CLI::Range(0, 64));
+  app.get_option("--threads")->check(CLI::Range(0, 1024));
+  app.get_option("--checkpoint-dir")->check(CLI::Validator(
+      [](std::string& v) { return v.empty() ? std::string("must name a directory") : std::string(); }, "DIR"));
   r.exit_code = parse_arguments(app, argc, argv);
   if (r.exit_code) return r;
-  for_each_run_option(o, [&](const char* flag, auto&) {
+  for_each_option(o, [&](const char* flag, auto&, const std::string&, Role) {
     if (app.count(std::string("--") + flag) > 0) r.given.insert(flag);
   });
   if (o.demo) {  // private cnn26k on Fashion-MNIST at epsilon 3 (PLD): the README's recipe, about 3 minutes on 2 cores
@@ -259,7 +275,8 @@ json restore_run_options(Options& o, const std::set<std::string>& given, json re
   // A run may also go on longer under a larger budget: those three flags reach the
   // library, which takes them if they lengthen the run and refuses them otherwise.
   std::vector<std::string> changed;
-  for_each_run_option(o, [&](const char* flag, auto& v) {
+  for_each_option(o, [&](const char* flag, auto& v, const std::string&, Role role) {
+    if (role != kRun) return;
     require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
     const std::string f = flag;
     if ((f == "threads" || f == "epochs" || f == "max-steps" || f == "target-epsilon") && given.count(flag) > 0) return;

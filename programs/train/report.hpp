@@ -11,10 +11,6 @@
 #include "optim/run/private_trainer.hpp"
 #include "programs/train/options.hpp"
 
-namespace dpgrad {
-class Communicator;
-}
-
 namespace dpgrad::train {
 
 /// What the report needs of a run.
@@ -30,17 +26,12 @@ struct RunFacts {
 void print_header(const RunFacts& f, const std::function<void(const std::string&)>& say);
 /// The history's row of an epoch (its layer SNR read and reset here).
 nlohmann::json epoch_row(const RunFacts& f, const EpochReport& e);
-void print_epoch(const RunFacts& f, const nlohmann::json& row);
+void print_epoch(const RunFacts& f, const nlohmann::json& row, double epsilon);
 nlohmann::json summary_row(const RunFacts& f, const TrainResult& r, nlohmann::json last, double seconds);
 void print_summary(const RunFacts& f, const nlohmann::json& summary);
 std::string plot_title(const RunFacts& f);
 /// A diverged step (DivergedError, taken and accounted): prints what the run spent
 /// (a JSON row with --json) and throws the message, which ends the program.
 [[noreturn]] void report_diverged(const RunFacts& f, const std::exception& e);
-
-/// epsilon rounded up for people ("inf" when none is proven).
-std::string fmt_eps(double e);
-/// epsilon for JSON: a number, or "inf".
-nlohmann::json eps_json(double e);
 
 }  // namespace dpgrad::train

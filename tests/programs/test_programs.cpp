@@ -651,7 +651,7 @@ TEST_CASE("dpgrad-train: --centre-features releases a private centre, accounted 
   Run c = run(base + " --centre-features 5 --max-steps 2 --json --checkpoint-dir " + (tmp.path / "c").string());
   REQUIRE(plain.status == 0);
   REQUIRE(c.status == 0);
-  CHECK(c.out.find("feature centre: a private mean of the normalised features, noise multiplier 5") != std::string::npos);
+  CHECK(c.out.find("released before training, feature_mean: a private mean of per-record features, noise multiplier 5") != std::string::npos);
   // the same target with the release in the ledger: a larger noise multiplier for the steps
   CHECK(last_json(c.out)["noise_multiplier"].get<double>() > last_json(plain.out)["noise_multiplier"].get<double>());
   Run resumed = run(train + " --checkpoint-dir " + (tmp.path / "c").string() + " --resume --json");
