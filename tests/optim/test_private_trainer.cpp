@@ -392,6 +392,61 @@ TEST_CASE("private trainer: non-private runs and evaluation") {
   CHECK(after.accuracy > 0.9);
 }
 
+TEST_CASE("private trainer: the privacy statement rounds epsilon up and says what is not private") {
+  FastRng init(21), data(22);
+  const BatchT<double> train = separable<double>(400, data);
+  auto model = make_mlp<double>({8, 4, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 0.05, 0.5);
+  PrivateTrainingConfigT<double> c;
+  c.epochs = 1;
+  c.batch_size = 40;
+  c.noise_multiplier = 1.0;
+  c.delta = 1e-4;
+  PrivateTrainerT<double> t(*model, sgd, train, c);
+  // 1.00001 shows as 1.0001, never 1.0000; the accountant's epsilon itself is stated rounded up
+  CHECK(t.privacy_statement(1.00001) == "epsilon 1.0001 (delta 0.0001, pld accountant, add/remove-one neighbours)");
+  CHECK(t.privacy_statement(INFINITY).rfind("epsilon inf (", 0) == 0);
+  CHECK(t.privacy_statement() == "epsilon " + privacy::format_epsilon(t.epsilon()) +
+                                     " (delta 0.0001, pld accountant, add/remove-one neighbours)");
+  CHECK(std::stod(t.privacy_statement().substr(8)) >= t.epsilon());
+  const auto j = t.privacy_json(2.5);
+  CHECK(j["private"] == true);
+  CHECK(j["epsilon"] == 2.5);
+  CHECK(j["neighbouring"] == "add/remove-one");
+  CHECK_FALSE(j.contains("privacy_note"));
+  CHECK(t.privacy_json(INFINITY)["epsilon"] == "inf");
+  const std::vector<std::string> lines = t.describe();
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines[0].find("neighbours; noise, sampling and directions: secure") != std::string::npos);
+
+  c.reproducible_noise = true;  // by name: not private, and every statement says so
+  auto m2 = make_mlp<double>({8, 4, 3}, Activation::tanh, init);
+  SgdT<double> sgd2(m2->parameters(), 0.05, 0.5);
+  PrivateTrainerT<double> r(*m2, sgd2, train, c);
+  CHECK(r.privacy_statement().find(std::string("(") + kNotPrivateReproducible + ")") != std::string::npos);
+  CHECK(r.privacy_json()["private"] == false);
+  CHECK(r.privacy_json()["privacy_note"] == kNotPrivateReproducible);
+
+  c.reproducible_noise = false;  // no noise: no epsilon at all
+  c.noise_multiplier = 0.0;
+  c.allow_no_noise = true;
+  auto m3 = make_mlp<double>({8, 4, 3}, Activation::tanh, init);
+  SgdT<double> sgd3(m3->parameters(), 0.05, 0.5);
+  PrivateTrainerT<double> z(*m3, sgd3, train, c);
+  CHECK(z.privacy_statement() == "NOT private: no noise");
+  CHECK_FALSE(z.privacy_json().contains("epsilon"));
+
+  PrivateTrainingConfigT<double> np;  // non-private
+  np.non_private = true;
+  np.epochs = 1;
+  np.batch_size = 40;
+  auto m4 = make_mlp<double>({8, 4, 3}, Activation::tanh, init);
+  SgdT<double> sgd4(m4->parameters(), 0.05, 0.5);
+  PrivateTrainerT<double> n(*m4, sgd4, train, np);
+  CHECK(n.privacy_statement() == "non-private");
+  CHECK(n.describe().front().rfind("non-private training", 0) == 0);
+}
+
 TEST_CASE("losses: closed forms, and every strategy agrees with the loop under MSE and BCE") {
   FastRng init(14), data(15);
   BatchT<double> b;
