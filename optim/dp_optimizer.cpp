@@ -59,19 +59,48 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
       throw std::invalid_argument("the " + accountant->name() + " accountant cannot analyse " + strategy.name() +
                                   " (its clipping bound is random)");
   }
+  gradient_sigma_ = c.noise_multiplier;
+  expected_contributions_ = strategy.normaliser(L);
+  if (c.adaptive) {
+    AdaptiveClipping& a = *config_.adaptive;
+    if (strategy.jl_dim() > 0)
+      throw std::invalid_argument(
+          "adaptive clipping cannot run with " + strategy.name() + ": its count of unclipped contributions is "
+          "accounted with the clipped sum as one Gaussian mechanism, and jl:K's sum is accounted by the JL "
+          "mechanism's own analysis (its clipping bound is random), which does not cover the joint release; use "
+          "ghost, vanilla, naive or microbatch:M (docs/math.md section 10)");
+    if (!adds_noise())
+      throw std::invalid_argument("adaptive clipping releases a noised count of unclipped contributions: it needs "
+                                  "noise (a noise multiplier > 0)");
+    if (!(a.quantile >= 0 && a.quantile <= 1))
+      throw std::invalid_argument("adaptive clipping's quantile must be in [0, 1], got " + privacy::format_number(a.quantile, 6));
+    if (!(a.lr >= 0 && a.lr <= 10))
+      throw std::invalid_argument("adaptive clipping's learning rate must be in [0, 10], got " + privacy::format_number(a.lr, 6));
+    if (!(a.min_clip_norm >= 1e-12 && a.min_clip_norm <= c.clip_norm && c.clip_norm <= a.max_clip_norm &&
+          a.max_clip_norm <= 1e6))
+      throw std::invalid_argument("adaptive clipping keeps C in [min, max] with 1e-12 <= min <= C <= max <= 1e6; got "
+                                  "[" + privacy::format_number(a.min_clip_norm, 6) + ", " +
+                                  privacy::format_number(a.max_clip_norm, 6) + "] and C = " +
+                                  privacy::format_number(c.clip_norm, 6));
+    if (!(a.count_noise >= 0 && std::isfinite(a.count_noise)))
+      throw std::invalid_argument("adaptive clipping's count noise must be >= 0 (0: the default), got " +
+                                  privacy::format_number(a.count_noise, 6));
+    if (a.count_noise == 0) a.count_noise = expected_contributions_ / 20;  // the paper's choice
+    // the count's sensitivity is 1/2 (its terms are b - 1/2), so the two releases are one Gaussian
+    // mechanism at sigma when sigma^-2 = sigma_g^-2 + (2 sigma_b)^-2 (docs/math.md section 10)
+    if (!(2 * a.count_noise > c.noise_multiplier * 1.0000001))
+      throw std::invalid_argument(
+          "adaptive clipping's count noise " + privacy::format_number(a.count_noise, 6) + " must exceed half the noise "
+          "multiplier (" + privacy::format_number(c.noise_multiplier / 2, 6) + "): the count and the clipped sum share "
+          "the run's sigma; give a larger count noise (the default is the expected contributions per batch / 20)");
+    gradient_sigma_ = 1 / std::sqrt(1 / (c.noise_multiplier * c.noise_multiplier) - 1 / (4 * a.count_noise * a.count_noise));
+    clip_state_ = ArrayT<T>::from_shape({1});
+    clip_state_(0) = T(c.clip_norm);
+    // every C within reach is checked now, so that no step can be refused later
+    set_clip_geometry(a.min_clip_norm);
+    set_clip_geometry(a.max_clip_norm);
+  }
   if (adds_noise()) {
-    // Rounding the sum to the grid moves it by at most grid / 2 per coordinate, so neighbouring sums' rounded
-    // values differ by at most A = grid (sqrt(P) + 1) more than the sums (docs/noise.md section 3): the
-    // contributions are clipped that much tighter. jl:K's contributions have norm up to C sqrt(K / X), below C
-    // when X > K: there the allowance must shrink with them, and 32 A covers every X <= 1024 K (the rest, with
-    // probability below e^-508 per step, is in the delta the run's epsilon reserves; docs/noise.md).
-    const double noise_std = c.noise_multiplier * c.clip_norm;
-    if (!(noise_std >= 0x1.0p-900 && noise_std <= 0x1.0p900))
-      throw std::invalid_argument("the noise's standard deviation, noise multiplier " +
-                                  privacy::format_number(c.noise_multiplier, 6) + " times clip norm " +
-                                  privacy::format_number(c.clip_norm, 6) + " = " + privacy::format_number(noise_std, 6) +
-                                  ", is outside the noise grid's range [2^-900, 2^900] (docs/noise.md): choose a clip "
-                                  "norm and noise multiplier whose product is in it");
     // the grid adds noise to values below 2^52 grid steps, at least 2^27 sigma C (docs/noise.md): a batch's sum
     // of contributions of norm C reaches L C, with room for larger Poisson batches
     const double smallest = 4 * L * std::ldexp(1.0, -27);
@@ -80,14 +109,55 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
                                   " is too small for the noise grid: a batch's clipped sum (about " +
                                   privacy::format_number(L, 6) + " contributions of norm up to C) needs at least " +
                                   privacy::format_number(smallest, 3) + " (docs/noise.md)");
-    const NoiseGrid g = noise_grid(noise_std);
-    const double allowance = g.grid * (std::sqrt(double(model.parameter_count())) + 1.0);
-    grid_clip_norm_ = c.clip_norm - (strategy.jl_dim() > 0 ? 32 : 1) * allowance;
-    if (!(grid_clip_norm_ > 0.5 * c.clip_norm))
-      throw std::invalid_argument("noise multiplier " + std::to_string(c.noise_multiplier) +
-                                  " too large for the noise grid of " + std::to_string(model.parameter_count()) +
-                                  " parameters (docs/noise.md)");
   }
+  set_clip_geometry(clip_norm());
+}
+
+template <class T>
+void DPOptimizerT<T>::set_clip_geometry(double C) {
+  grid_clip_norm_ = C;
+  if (!adds_noise()) return;
+  // Rounding the sum to the grid moves it by at most grid / 2 per coordinate, so neighbouring sums' rounded
+  // values differ by at most A = grid (sqrt(P) + 1) more than the sums (docs/noise.md section 3): the
+  // contributions are clipped that much tighter. jl:K's contributions have norm up to C sqrt(K / X), below C
+  // when X > K: there the allowance must shrink with them, and 32 A covers every X <= 1024 K (the rest, with
+  // probability below e^-508 per step, is in the delta the run's epsilon reserves; docs/noise.md).
+  const double noise_std = gradient_sigma_ * C;
+  if (!(noise_std >= 0x1.0p-900 && noise_std <= 0x1.0p900))
+    throw std::invalid_argument("the noise's standard deviation, noise multiplier " +
+                                privacy::format_number(gradient_sigma_, 6) + " times clip norm " +
+                                privacy::format_number(C, 6) + " = " + privacy::format_number(noise_std, 6) +
+                                ", is outside the noise grid's range [2^-900, 2^900] (docs/noise.md): choose a clip "
+                                "norm and noise multiplier whose product is in it");
+  const NoiseGrid g = noise_grid(noise_std);
+  const double coordinates = double(model_.parameter_count()) + (config_.adaptive ? 1.0 : 0.0);
+  const double room = (config_.adaptive ? noise_std / config_.noise_multiplier : C) -
+                      (strategy_.jl_dim() > 0 ? 32 : 1) * g.grid * (std::sqrt(coordinates) + 1.0);
+  if (config_.adaptive) {
+    // one more coordinate, the count, at count_scale_ per unit: its noise is sigma_b in counts, and a
+    // contribution's (gradient, count share) has norm at most room = sigma_g C / sigma - A
+    count_scale_ = noise_std / config_.adaptive->count_noise;
+    const double share = count_scale_ / 2;
+    grid_clip_norm_ = room > share ? std::sqrt(room * room - share * share) : 0.0;
+  } else {
+    grid_clip_norm_ = room;
+  }
+  if (!(grid_clip_norm_ > 0.5 * C))
+    throw std::invalid_argument("noise multiplier " + privacy::format_number(config_.noise_multiplier, 6) +
+                                " too large for the noise grid of " + std::to_string(model_.parameter_count()) +
+                                " parameters (docs/noise.md)");
+}
+
+template <class T>
+void DPOptimizerT<T>::clip_state_restored() {
+  if (!config_.adaptive) return;
+  const AdaptiveClipping& a = *config_.adaptive;
+  const double C = clip_state_.size() == 1 ? double(clip_state_(0)) : std::nan("");
+  if (!(C >= double(T(a.min_clip_norm)) && C <= double(T(a.max_clip_norm))))
+    throw std::invalid_argument("the checkpoint's adaptive clip norm " + privacy::format_number(C, 6) +
+                                " is outside the run's range [" + privacy::format_number(a.min_clip_norm, 6) + ", " +
+                                privacy::format_number(a.max_clip_norm, 6) + "]");
+  set_clip_geometry(C);
 }
 
 template <class T>
@@ -126,7 +196,7 @@ double DPOptimizerT<T>::accounted_noise_multiplier() const {
 template <class T>
 double DPOptimizerT<T>::noise_variance() const {
   if (!adds_noise()) return 0.0;
-  const double sd = config_.noise_multiplier * config_.clip_norm / strategy_.normaliser(expected_batch_size());
+  const double sd = gradient_sigma_ * clip_norm() / strategy_.normaliser(expected_batch_size());
   return sd * sd;
 }
 
@@ -182,9 +252,10 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* 
   std::vector<T> flat;
   flat.reserve(model_.parameter_count());
   for (const auto& g : r.sum) flat.insert(flat.end(), g.begin(), g.end());
-  if (flat.size() != model_.parameter_count())
+  const std::size_t coordinates = model_.parameter_count() + (config_.adaptive ? 1 : 0);  // the count's
+  if (flat.size() != coordinates)
     throw std::logic_error("data-parallel step: the clipped sum has " + std::to_string(flat.size()) +
-                           " coordinates, the model " + std::to_string(model_.parameter_count()));
+                           " coordinates, the model " + std::to_string(coordinates));
   std::vector<std::span<T>> parts;
   for (std::size_t at = 0; const auto& g : r.sum) {
     parts.emplace_back(flat.data() + at, g.size());
@@ -251,18 +322,37 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   std::unique_ptr<Rng> step_aux = config_.communicator ? aux_rng_.split() : nullptr;
   ClipResult<T> r = clipped_sum(batch, step_aux ? *step_aux : aux_rng_);
   restore.reset();
+  const double C = clip_norm();
+  st.clip_norm = grid_clip_norm_;
+  if (config_.adaptive) {  // the count of unclipped contributions, centred (terms b - 1/2), as one more coordinate
+    double centred = 0;
+    for (const T n : r.norms) centred += double(n) <= grid_clip_norm_ ? 0.5 : -0.5;
+    ArrayT<T> count = ArrayT<T>::from_shape({1});
+    count(0) = T(count_scale_ * centred);
+    r.sum.push_back(std::move(count));
+  }
   // the sum rounded to the grid plus grid * k, k ~ N_Z(0, s^2) drawn exactly and
   // added in integers: what is released minus the rounded sum does not depend on
   // the data (docs/noise.md)
   std::optional<NoiseGrid> grid;
   if (adds_noise()) {
-    grid = noise_grid(config_.noise_multiplier * config_.clip_norm);
+    grid = noise_grid(gradient_sigma_ * C);
     st.noise_std = double(grid->scale) * grid->grid;
   }
   if (config_.communicator) {
     combine(r, st, grid ? &*grid : nullptr);
   } else if (grid) {
     add_noise(r.sum, *grid);
+  }
+  if (config_.adaptive) {  // the released count moves C for the next step (post-processing)
+    const AdaptiveClipping& a = *config_.adaptive;
+    const double released = double(r.sum.back()(0)) / count_scale_;  // sum of (b - 1/2), noised
+    r.sum.pop_back();
+    st.unclipped_fraction = released / expected_contributions_ + 0.5;
+    const double next = std::clamp(C * std::exp(-a.lr * (st.unclipped_fraction - a.quantile)), a.min_clip_norm,
+                                   a.max_clip_norm);
+    clip_state_(0) = T(next);
+    set_clip_geometry(double(clip_state_(0)));
   }
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,20 @@ struct NoiseGrid;
 namespace privacy {
 class Accountant;
 }
+
+/// Adaptive quantile clipping (Andrew, Thakkar, McMahan and Ramaswamy 2021;
+/// docs/math.md section 10): each step also releases the count of contributions
+/// whose norm was at most C, noised, and moves C towards the `quantile` of the
+/// norms: C <- C exp(-lr (b - quantile)), b the noised fraction. The count and
+/// the clipped sum are one Gaussian mechanism at the run's noise multiplier
+/// sigma: the gradient's own noise multiplier is (sigma^-2 - (2 count_noise)^-2)^(-1/2),
+/// a little above sigma, and the accountant sees sigma as without adaptation.
+struct AdaptiveClipping {
+  double quantile = 0.5;     // gamma in [0, 1]: the fraction of contributions meant to stay unclipped
+  double count_noise = 0;    // sigma_b, noise std of the count, > sigma / 2 (0: the expected contributions / 20)
+  double lr = 0.2;           // eta >= 0: the geometric step
+  double min_clip_norm = 1e-9, max_clip_norm = 1e6;  // C is kept in this range (fixed in advance)
+};
 
 /// The sampling rate q and the expected batch size L are not settings: they come
 /// from the sampler that draws the batches (DPOptimizerT's constructor).
@@ -47,6 +62,8 @@ struct DPConfig {
   /// on every rank (share_generator) for results that do not depend on the number
   /// of ranks; privacy needs only that each is secure. Null: one process, no messages.
   std::shared_ptr<Communicator> communicator;
+  /// Adaptive quantile clipping (clip_norm is then the first step's C); unset: C fixed.
+  std::optional<AdaptiveClipping> adaptive;
   /// A parameter whose magnitude exceeds this after a step, or that is not
   /// finite, stops the run with a DivergedError (infinity: only non-finite ones).
   double max_parameter = 1e6;
@@ -68,6 +85,10 @@ struct StepStats {
   double loss = 0;            // mean per-sample loss over the batch
   std::size_t clipped = 0;    // contributions that were clipped
   double noise_std = 0;       // std of the noise added to the sum
+  double clip_norm = 0;       // the C this step clipped to (less the grid's allowance)
+  /// Adaptive clipping: the released, noised fraction of contributions whose norm
+  /// was at most C (covered by epsilon); NaN otherwise.
+  double unclipped_fraction = std::nan("");
   double communication_seconds = 0;  // data-parallel runs: time spent summing and sending the gradient
   double wait_seconds = 0;           // data-parallel runs: time spent waiting for the slowest rank first
 };
@@ -128,6 +149,18 @@ class DPOptimizerT {
   /// allowance grid (sqrt(P) + 1) (32 times that for jl:K) when noise is added
   /// (docs/noise.md), else C.
   double grid_clip_norm() const { return grid_clip_norm_; }
+  /// The clip norm C of the next step: DPConfig::clip_norm, or where adaptive
+  /// clipping has moved it.
+  double clip_norm() const { return config_.adaptive ? double(clip_state_(0)) : config_.clip_norm; }
+  /// The noise multiplier of the clipped sum's own noise (std / C): the run's
+  /// sigma, or with adaptive clipping (sigma^-2 - (2 sigma_b)^-2)^(-1/2).
+  double gradient_noise_multiplier() const { return gradient_sigma_; }
+  /// Adaptive clipping's state, (1): C. A checkpoint saves and restores it in
+  /// place; clip_state_restored() then checks it and applies it.
+  ArrayT<T>& clip_state() { return clip_state_; }
+  /// Checks a restored clip_state() (finite, within the configured range) and
+  /// sets the next step's clipping from it; throws std::invalid_argument otherwise.
+  void clip_state_restored();
   /// The settings given to the constructor.
   const DPConfig& config() const { return config_; }
   /// DP-SAT's direction, per parameter: the last step's noised gradient as the
@@ -152,6 +185,9 @@ class DPOptimizerT {
   void combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid);
   /// The grid noise on every coordinate of `sums` (docs/noise.md), block by block.
   void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
+  /// The next step's clipping at clip norm C: the grid's allowance taken off C
+  /// and, with adaptive clipping, off the count's share (docs/noise.md).
+  void set_clip_geometry(double C);
   /// Throws DivergedError naming the first parameter that is not finite or above max_parameter.
   void check_parameters() const;
 
@@ -161,6 +197,10 @@ class DPOptimizerT {
   DPConfig config_;
   const Sampler& sampler_;
   double grid_clip_norm_ = 0;
+  double gradient_sigma_ = 0;  // see gradient_noise_multiplier()
+  double count_scale_ = 0;     // adaptive: the count coordinate's value per unit of count
+  double expected_contributions_ = 0;
+  ArrayT<T> clip_state_;       // adaptive: (1) C
   Rng& noise_rng_;
   Rng& aux_rng_;
   privacy::Accountant* accountant_;

@@ -75,6 +75,12 @@ PlanSettings plan_settings(const PrivateTrainingConfigT<T>& c, const ClipStrateg
   return s;
 }
 
+/// Adaptive clipping's settings.
+nlohmann::json adaptive_json(const AdaptiveClipping& a) {
+  return {{"quantile", a.quantile}, {"count_noise", a.count_noise}, {"lr", a.lr}, {"min_clip_norm", a.min_clip_norm},
+          {"max_clip_norm", a.max_clip_norm}};
+}
+
 /// What defines a run before any data: see PrivateTrainerT::settings().
 template <class T>
 nlohmann::json run_settings(const PrivateTrainingConfigT<T>& c, const ClipStrategyT<T>& strategy,
@@ -99,7 +105,7 @@ nlohmann::json run_settings(const PrivateTrainingConfigT<T>& c, const ClipStrate
   for (std::size_t i = 0; i < optimizer.params().size(); ++i) scales.push_back(optimizer.lr_scale(i));
   nlohmann::json opt = {{"name", optimizer.name()}, {"lr", base_lr}, {"lr_scales", scales}};
   for (const auto& [k, v] : optimizer.settings()) opt[k] = v;
-  return {{"private", !c.non_private},
+  nlohmann::json j = {{"private", !c.non_private},
           {"clip_norm", c.clip_norm},
           {"target_epsilon", optional(c.target_epsilon)},
           {"noise_multiplier", optional(c.noise_multiplier)},
@@ -122,6 +128,8 @@ nlohmann::json run_settings(const PrivateTrainingConfigT<T>& c, const ClipStrate
           {"seed", c.reproducible_noise ? nlohmann::json(c.seed) : nlohmann::json()},
           {"model", {{"name", model.name()}, {"parameters", params}, {"values", hex}}},
           {"optimizer", opt}};
+  if (c.adaptive_clipping) j["adaptive_clipping"] = adaptive_json(*c.adaptive_clipping);  // absent when off
+  return j;
 }
 
 /// What a checkpoint records of a run's settings: all but the parameters' values,
@@ -232,6 +240,7 @@ void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
   require(c.lr_final < 0 || (c.lr_final <= lr && std::isfinite(c.lr_final)),
           "lr_final must be at most the optimizer's learning rate " + num(lr) + ", got " + num(c.lr_final));
   require(c.sat_rho >= 0 && std::isfinite(c.sat_rho), "sat_rho must be >= 0 and finite, got " + num(c.sat_rho));
+  require(!c.adaptive_clipping || !c.non_private, "adaptive clipping belongs to private runs (it releases a noised count)");
   for (const auto& r : c.releases) {
     bool name_ok = !r.name.empty() && r.name.size() <= 64;
     for (char ch : r.name) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
@@ -248,7 +257,9 @@ void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
 
 template <class T>
 void PrivateTrainerT<T>::make_plan(std::size_t n) {
-  plan_ = RunPlan::make(plan_settings(config_, *strategy_), n, model_.parameter_count());
+  // adaptive clipping noises one more coordinate per step, the count (its grid draws are charged)
+  plan_ = RunPlan::make(plan_settings(config_, *strategy_), n,
+                        model_.parameter_count() + (config_.adaptive_clipping ? 1 : 0));
   sampler_ = plan_.make_sampler();
 }
 
@@ -330,6 +341,7 @@ void PrivateTrainerT<T>::make_optimizer() {
   dc.noise_multiplier = plan_.noise_multiplier();
   dc.allow_no_noise = config_.allow_no_noise;
   dc.sat_rho = config_.sat_rho;
+  dc.adaptive = config_.adaptive_clipping;
   dc.physical_batch = config_.physical_batch_size;
   dc.communicator = config_.communicator;
   dp_ = std::make_unique<DPOptimizerT<T>>(model_, optimizer_, *strategy_, dc, *sampler_, *noise_rng_, *aux_rng_,
@@ -376,6 +388,7 @@ void PrivateTrainerT<T>::restore() {
   require(steps_ >= 0 && steps_ <= plan_.total_steps(), "the checkpoint's step " + std::to_string(steps_) +
                                                             " is outside the run's " + std::to_string(plan_.total_steps()));
   for (std::size_t i = 0; i < config_.releases.size(); ++i) config_.releases[i].use(released_[i]);
+  dp_->clip_state_restored();
   if (accountant_ && adds_noise()) {
     // the ledger cannot shrink or soften: it holds the releases made before training, then every step
     // taken, each at this run's q, sigma and strategy
@@ -567,6 +580,12 @@ std::vector<std::string> PrivateTrainerT<T>::describe() const {
       lines.push_back("structural self-check of " + strategy_->name() + " on 4 synthetic records: passed in " +
                       privacy::format_number(self_check_seconds_, 3) + " s (docs/per-sample.md)");
     if (dp_->noise_reproducible()) lines.push_back(std::string("WARNING: reproducible noise: this run is ") + kNotPrivateReproducible);
+    if (const auto& a = dp_->config().adaptive)
+      lines.push_back("adaptive clipping: C follows the " + num(a->quantile) + " quantile of the norms (geometric step " +
+                      num(a->lr) + ", C in [" + num(a->min_clip_norm) + ", " + num(a->max_clip_norm) +
+                      "]), each step's count noised at " + num(a->count_noise) + " and accounted with the gradient, "
+                      "whose own noise multiplier is " + num(dp_->gradient_noise_multiplier()) + "; C is now " +
+                      num(dp_->clip_norm()));
     for (const auto& r : config_.releases)
       lines.push_back("released before training, " + r.name + ": " + (r.what.empty() ? "a private release" : r.what) +
                       ", noise multiplier " + num(r.noise_multiplier) + " (accounted with the run" +
@@ -660,6 +679,7 @@ TrainResult PrivateTrainerT<T>::train(const TrainHooksT<T>& hooks, const BatchT<
     e.steps = steps_;
     e.epsilon = epsilon();
     e.train_loss = examples > 0 ? loss_sum / examples : 0.0;
+    e.clip_norm = dp_->clip_norm();
     if (evaluate_on) e.evaluation = evaluate_sharded(*evaluate_on);
     e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     if (hooks.record_epoch) hooks.record_epoch(e);
@@ -890,6 +910,7 @@ TrainingStateT<T> PrivateTrainerT<T>::training_state() {
   for (std::size_t i = 0; i < dp_->sat_direction().size(); ++i)
     state.arrays["sat." + params[i].name()] = &dp_->sat_direction()[i];
   for (std::size_t i = 0; i < released_.size(); ++i) state.arrays["release." + config_.releases[i].name] = &released_[i];
+  if (config_.adaptive_clipping) state.arrays["adaptive.clip_norm"] = &dp_->clip_state();
   return state;
 }
 

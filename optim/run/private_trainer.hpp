@@ -94,6 +94,9 @@ struct PrivateTrainingConfigT {
   std::shared_ptr<ClipStrategyT<T>> clipping;  // null: ghost (clipping::ghost<T>())
   Accounting accounting = Accounting::automatic;
   double sat_rho = 0;                     // DP-SAT (post-processing)
+  /// Adaptive quantile clipping: clip_norm is the first step's C, which then
+  /// follows a quantile of the norms (AdaptiveClipping; ghost, vanilla, naive, microbatch:M).
+  std::optional<AdaptiveClipping> adaptive_clipping;
   /// Releases made from the training data before training (private_feature_mean, ...).
   std::vector<ReleaseBeforeTrainingT<T>> releases;
   // ---- post-processing of the released iterates (no privacy cost)
@@ -187,6 +190,7 @@ struct EpochReport {
   /// The mean per-example loss over the epoch's batches, computed from the private
   /// data without noise: NOT covered by epsilon (show it only when asked, labelled).
   double train_loss = 0;
+  double clip_norm = 0;  // the next step's clip norm (adaptive clipping moves it; released, no privacy cost)
   std::optional<Evaluation> evaluation;  // on the data train() was given
 };
 

@@ -71,6 +71,7 @@ struct RunSpec {
   Sampling sampling = Sampling::poisson;
   long steps = 20;
   std::vector<std::size_t> sizes = {6, 8, 3};  // the MLP's layers
+  bool adaptive = false;  // adaptive clipping: the count summed over the ranks and noised once
 };
 
 struct RunResult {
@@ -78,6 +79,7 @@ struct RunResult {
   std::vector<privacy::Step> ledger;
   double epsilon = 0;
   long batch_total = 0;
+  double clip_norm = 0;
 };
 
 PrivateTrainingConfigT<double> config(const RunSpec& spec, std::shared_ptr<Communicator> comm) {
@@ -93,6 +95,7 @@ PrivateTrainingConfigT<double> config(const RunSpec& spec, std::shared_ptr<Commu
   c.clipping = make_clip_strategy<double>(spec.strategy, 16.0);
   c.reproducible_noise = true;
   c.seed = 5;
+  if (spec.adaptive) c.adaptive_clipping = AdaptiveClipping{0.5, 4.0, 0.2};  // count noise 4 > sigma / 2
   c.alone_under_launcher = !comm;  // the reference runs below: one process alone, on purpose
   c.communicator = std::move(comm);
   return c;
@@ -109,6 +112,7 @@ RunResult train(const RunSpec& spec, const BatchT<double>& data, std::shared_ptr
   r.params = flat(*model);
   r.ledger = trainer.accountant()->ledger();
   r.epsilon = trainer.epsilon();
+  r.clip_norm = trainer.dp_optimizer().clip_norm();
   return r;
 }
 
@@ -136,11 +140,13 @@ TEST_CASE("2 ranks train exactly as 1 rank, for every strategy that shards and e
   // the last: 124,410 parameters, 5 noise blocks of at most 2^16 coordinates, drawn by both ranks
   const std::vector<RunSpec> specs = {{"naive"}, {"vanilla"}, {"ghost"}, {"jl:3"},
                                       {"ghost", Sampling::shuffle}, {"vanilla", Sampling::fixed},
-                                      {"ghost", Sampling::poisson, 5, {300, 400, 10}}};
+                                      {"ghost", Sampling::poisson, 5, {300, 400, 10}},
+                                      {"ghost", Sampling::poisson, 20, {6, 8, 3}, true}};
   for (const RunSpec& spec : specs) {
     CAPTURE(spec.strategy);
     CAPTURE(to_string(spec.sampling));
     CAPTURE(spec.sizes[0]);
+    CAPTURE(spec.adaptive);
     const BatchT<double> all = records(96, spec.sizes[0]);
     const RunResult two = train(spec, shard(all, *comm), comm);
     CHECK(same_on_all_ranks(*comm, two.params));
@@ -153,6 +159,8 @@ TEST_CASE("2 ranks train exactly as 1 rank, for every strategy that shards and e
       CHECK(one.ledger.size() == 1);
       CHECK(one.epsilon == two.epsilon);
       CHECK(one.batch_total == two.batch_total);
+      CHECK(one.clip_norm == two.clip_norm);
+      if (spec.adaptive) CHECK(two.clip_norm != 1.0);  // it moved, the same way on 2 ranks as on 1
       // and as a run with no communicator at all, for strategies that draw nothing (a
       // data-parallel jl:K draws each step's directions from a generator split off
       // the shared one, a single process from the shared one itself)

@@ -1,0 +1,255 @@
+// Adaptive quantile clipping (optim/dp_optimizer.hpp, docs/math.md section 10):
+// the gradient's noise multiplier against the closed form, the joint
+// mechanism's sensitivity in noise units, the released count's noise, C
+// reaching the quantile of norms computed by the per-example loop from both a
+// far too small and a far too large start, every exact strategy following the
+// loop's trajectory, the refusals, and C surviving a resume.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xsort.hpp>
+
+#include "engine/random.hpp"
+#include "layers/models.hpp"
+#include "optim/clipping/clip_spec.hpp"
+#include "optim/clipping/clipping.hpp"
+#include "optim/run/private_trainer.hpp"
+#include "support/batches.hpp"
+#include "support/check.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace dpgrad;
+using test::randn;
+
+namespace {
+
+/// n examples of 8 features, labels in [0, 3) from a fixed linear rule.
+BatchT<double> records(std::size_t n, std::uint64_t seed) {
+  FastRng rng(seed);
+  BatchT<double> b;
+  b.inputs = randn<double>({n, 8}, rng);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double s = b.inputs(i, 0) + 0.5 * b.inputs(i, 1);
+    b.labels.push_back(s < -0.4 ? 0 : s < 0.4 ? 1 : 2);
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
+/// The gradient's noise multiplier of Andrew et al. (2021), Theorem 1, written out here:
+/// the clipped sum at noise sigma_g and the count at sigma_b (sensitivity 1/2) are one
+/// Gaussian mechanism of noise multiplier sigma when sigma^-2 = sigma_g^-2 + (2 sigma_b)^-2.
+double paper_sigma_g(double sigma, double sigma_b) {
+  return std::pow(std::pow(sigma, -2) - std::pow(2 * sigma_b, -2), -0.5);
+}
+
+/// |a - b| / |b|: doctest::Approx's default scale of 1 would make small values pass loosely.
+double relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+struct Run {
+  std::vector<double> clip_norms;  // C of each step
+  std::vector<double> fractions;   // the released unclipped fraction of each step
+  double final_clip_norm = 0;
+};
+
+PrivateTrainingConfigT<double> adaptive_config(double c0, long steps, const std::string& strategy = "ghost") {
+  PrivateTrainingConfigT<double> c;
+  c.clip_norm = c0;
+  c.noise_multiplier = 1.0;
+  c.delta = 1e-5;
+  c.batch_size = 200;
+  c.epochs = 1000;
+  c.max_steps = steps;
+  c.clipping = make_clip_strategy<double>(parse_clip_spec(strategy), 200.0);
+  c.reproducible_noise = true;
+  c.seed = 17;
+  c.adaptive_clipping = AdaptiveClipping{};  // quantile 0.5, count noise 200 / 20, lr 0.2
+  return c;
+}
+
+/// A run whose parameters barely move (lr 1e-12), so that every record's norm stays put.
+Run run(const BatchT<double>& data, const PrivateTrainingConfigT<double>& c) {
+  FastRng init(3);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 1e-12, 0.0);
+  PrivateTrainerT<double> t(*model, sgd, data, c);
+  Run r;
+  while (!t.done()) {
+    const StepStats st = t.step();
+    r.clip_norms.push_back(st.clip_norm);
+    r.fractions.push_back(st.unclipped_fraction);
+  }
+  r.final_clip_norm = t.dp_optimizer().clip_norm();
+  return r;
+}
+
+/// The median of every record's gradient norm, from the per-example loop (naive, no clipping).
+double median_norm(const BatchT<double>& data) {
+  FastRng init(3), rng(1);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  auto naive = make_clip_strategy<double>(ClipSpec{ClipSpec::Kind::naive});
+  const ArrayT<double> norms = naive->clipped_sum(*model, data, 1e300, rng).norms;
+  std::vector<double> v(norms.begin(), norms.end());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TEST_CASE("adaptive clipping: the gradient's noise multiplier is the paper's, and the joint release is sigma") {
+  // closed forms: sigma 1, sigma_b 1: 2 / sqrt(3); sigma 1, sigma_b 5 (m = 100, sigma_b = m / 20): 1 / sqrt(0.99)
+  CHECK(relative(paper_sigma_g(1, 1), 2 / std::sqrt(3.0)) < 1e-14);
+  CHECK(relative(paper_sigma_g(1, 5), 1 / std::sqrt(0.99)) < 1e-14);
+  const BatchT<double> data = records(1000, 5);
+  for (const auto& [sigma, sigma_b] : std::vector<std::pair<double, double>>{{1.0, 10.0}, {1.0, 0.6}, {3.0, 2.0}, {0.7, 1e6}}) {
+    CAPTURE(sigma);
+    CAPTURE(sigma_b);
+    PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3);
+    c.noise_multiplier = sigma;
+    c.adaptive_clipping->count_noise = sigma_b;
+    FastRng init(3);
+    auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+    SgdT<double> sgd(model->parameters(), 0.1, 0.0);
+    PrivateTrainerT<double> t(*model, sgd, data, c);
+    const DPOptimizerT<double>& dp = t.dp_optimizer();
+    const double sg = dp.gradient_noise_multiplier();
+    CHECK(relative(sg, paper_sigma_g(sigma, sigma_b)) < 1e-12);
+    CHECK(sg > sigma);
+    if (sigma_b > 1e5) CHECK(relative(sg, sigma) < 1e-9);  // the limit: no count, sigma itself
+    // a record's (clipped gradient, count share) in units of the noise's std sigma_g C: its norm
+    // must be at most 1 / sigma, the accountant's sensitivity over noise
+    const double C = dp.clip_norm(), noise = sg * C, share = noise / sigma_b / 2;
+    const double joint = std::hypot(dp.grid_clip_norm(), share) / noise;
+    CHECK(joint <= 1 / sigma);
+    CHECK(joint > 0.999 / sigma);  // and the grid's allowance takes little of it
+    CHECK(t.accountant() != nullptr);
+    t.step();
+    CHECK(t.accountant()->ledger().back().noise_multiplier == sigma);  // the accountant sees sigma itself
+  }
+}
+
+TEST_CASE("adaptive clipping: the released count has the count noise, and is unbiased") {
+  // C far above every norm and not moving (lr 0): all contributions unclipped, so the
+  // released fraction is 1 + N(0, sigma_b^2) / L with fixed batches of L = 200
+  const BatchT<double> data = records(2000, 6);
+  PrivateTrainingConfigT<double> c = adaptive_config(1e5, 400);
+  c.sampling = Sampling::fixed;
+  c.adaptive_clipping->lr = 0;
+  c.adaptive_clipping->count_noise = 10;
+  const Run r = run(data, c);
+  double mean = 0, var = 0;
+  for (double f : r.fractions) mean += f / double(r.fractions.size());
+  for (double f : r.fractions) var += (f - mean) * (f - mean) / double(r.fractions.size() - 1);
+  const double sd = 10.0 / 200;  // 0.05
+  CHECK(std::abs(mean - 1) < 4 * sd / std::sqrt(400.0));
+  CAPTURE(mean);
+  CAPTURE(std::sqrt(var));
+  CHECK(relative(std::sqrt(var), sd) < 0.15);
+  CHECK(r.final_clip_norm == 1e5);
+}
+
+TEST_CASE("adaptive clipping: C reaches the median of the per-example loop's norms from 1/30 and 30 times it") {
+  const BatchT<double> data = records(2000, 7);
+  const double median = median_norm(data);
+  CAPTURE(median);
+  for (const double start : {median / 30, median * 30}) {
+    CAPTURE(start);
+    const Run r = run(data, adaptive_config(start, 300));
+    // log(30) / (0.2 * 0.5) = 34 steps at least to get there; the last 100 steps hover around it
+    double mean_log = 0;
+    for (std::size_t i = 200; i < 300; ++i) mean_log += std::log(r.clip_norms[i]) / 100;
+    CAPTURE(std::exp(mean_log));
+    CHECK(relative(std::exp(mean_log), median) < 0.15);
+    double fraction = 0;
+    for (std::size_t i = 200; i < 300; ++i) fraction += r.fractions[i] / 100;
+    CHECK(std::abs(fraction - 0.5) < 0.05);
+  }
+}
+
+TEST_CASE("adaptive clipping: naive, vanilla, ghost, microbatch:1 and physical batches follow the loop's trajectory") {
+  const BatchT<double> data = records(600, 8);
+  const Run loop = run(data, adaptive_config(0.05, 40, "naive"));
+  for (const std::string strategy : {"vanilla", "ghost", "microbatch:1"}) {
+    CAPTURE(strategy);
+    const Run other = run(data, adaptive_config(0.05, 40, strategy));
+    REQUIRE(other.clip_norms.size() == loop.clip_norms.size());
+    for (std::size_t i = 0; i < loop.clip_norms.size(); ++i) {
+      CHECK(relative(other.clip_norms[i], loop.clip_norms[i]) < 1e-9);
+      CHECK(relative(other.fractions[i], loop.fractions[i]) < 1e-9);
+    }
+  }
+  PrivateTrainingConfigT<double> chunks = adaptive_config(0.05, 40, "ghost");
+  chunks.physical_batch_size = 37;
+  const Run chunked = run(data, chunks);
+  for (std::size_t i = 0; i < loop.clip_norms.size(); ++i)
+    CHECK(relative(chunked.clip_norms[i], loop.clip_norms[i]) < 1e-9);
+  CHECK(loop.final_clip_norm != 0.05);  // it moved
+}
+
+TEST_CASE("adaptive clipping: jl:K, a run without noise, a count noise of sigma / 2 and bad settings are refused") {
+  const BatchT<double> data = records(400, 9);
+  auto refused = [&](PrivateTrainingConfigT<double> c, const std::string& says) {
+    FastRng init(3);
+    auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+    SgdT<double> sgd(model->parameters(), 0.1, 0.0);
+    CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*model, sgd, data, c), doctest::Contains(says.c_str()), std::invalid_argument);
+  };
+  PrivateTrainingConfigT<double> jl = adaptive_config(1, 5, "jl:4");
+  jl.noise_multiplier = 4;
+  jl.adaptive_clipping->count_noise = 10;
+  refused(jl, "adaptive clipping cannot run with jl:4");
+  PrivateTrainingConfigT<double> quiet = adaptive_config(1, 5);
+  quiet.noise_multiplier = 0.0;
+  quiet.allow_no_noise = true;
+  refused(quiet, "it needs noise");
+  PrivateTrainingConfigT<double> half = adaptive_config(1, 5);
+  half.noise_multiplier = 2.0;
+  half.adaptive_clipping->count_noise = 1.0;
+  refused(half, "must exceed half the noise multiplier (1)");
+  PrivateTrainingConfigT<double> q = adaptive_config(1, 5);
+  q.adaptive_clipping->quantile = 1.5;
+  refused(q, "quantile must be in [0, 1]");
+  PrivateTrainingConfigT<double> range = adaptive_config(1, 5);
+  range.adaptive_clipping->max_clip_norm = 0.5;
+  refused(range, "1e-12 <= min <= C <= max <= 1e6");
+  PrivateTrainingConfigT<double> np = adaptive_config(1, 5);
+  np.non_private = true;
+  np.noise_multiplier.reset();
+  np.clipping = nullptr;
+  refused(np, "adaptive clipping belongs to private runs");
+}
+
+TEST_CASE("adaptive clipping: C is in the checkpoint, and a resumed run ends where an uninterrupted one does") {
+  const BatchT<double> data = records(600, 10);
+  test::TempDir dir("dpgrad-adaptive");
+  const PrivateTrainingConfigT<double> c = adaptive_config(0.02, 30);
+  auto make = [](std::uint64_t seed) {
+    FastRng init(seed);
+    return make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  };
+  auto whole_model = make(3);
+  SgdT<double> sgd(whole_model->parameters(), 0.1, 0.9);
+  PrivateTrainerT<double> whole(*whole_model, sgd, data, c);
+  while (!whole.done()) whole.step();
+  {
+    auto m = make(3);
+    SgdT<double> s(m->parameters(), 0.1, 0.9);
+    PrivateTrainerT<double> first(*m, s, data, c);
+    for (int i = 0; i < 13; ++i) first.step();
+    CHECK(first.dp_optimizer().clip_norm() != 0.02);
+    first.save(dir.path);
+  }
+  auto m = make(99);
+  SgdT<double> s(m->parameters(), 0.1, 0.9);
+  PrivateTrainerT<double> resumed(*m, s, data, c, dir.path);
+  CHECK(resumed.steps_done() == 13);
+  while (!resumed.done()) resumed.step();
+  CHECK(resumed.dp_optimizer().clip_norm() == whole.dp_optimizer().clip_norm());
+  const auto a = whole_model->parameters(), b = m->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(xt::amax(xt::abs(a[i].value() - b[i].value()))()) == 0);
+  CHECK(resumed.epsilon() == whole.epsilon());
+}
