@@ -68,7 +68,7 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
           "adaptive clipping cannot run with " + strategy.name() + ": its count of unclipped contributions is "
           "accounted with the clipped sum as one Gaussian mechanism, and jl:K's sum is accounted by the JL "
           "mechanism's own analysis (its clipping bound is random), which does not cover the joint release; use "
-          "ghost, vanilla, naive or microbatch:M (docs/math.md section 10)");
+          "ghost, vanilla, naive or microbatch:M (docs/math.md section 8)");
     if (!adds_noise())
       throw std::invalid_argument("adaptive clipping releases a noised count of unclipped contributions: it needs "
                                   "noise (a noise multiplier > 0)");
@@ -87,7 +87,7 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
                                   privacy::format_number(a.count_noise, 6));
     if (a.count_noise == 0) a.count_noise = expected_contributions_ / 20;  // the paper's choice
     // the count's sensitivity is 1/2 (its terms are b - 1/2), so the two releases are one Gaussian
-    // mechanism at sigma when sigma^-2 = sigma_g^-2 + (2 sigma_b)^-2 (docs/math.md section 10)
+    // mechanism at sigma when sigma^-2 = sigma_g^-2 + (2 sigma_b)^-2 (docs/math.md section 8)
     if (!(2 * a.count_noise > c.noise_multiplier * 1.0000001))
       throw std::invalid_argument(
           "adaptive clipping's count noise " + privacy::format_number(a.count_noise, 6) + " must exceed half the noise "

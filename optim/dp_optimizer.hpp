@@ -29,7 +29,7 @@ class Accountant;
 }
 
 /// Adaptive quantile clipping (Andrew, Thakkar, McMahan and Ramaswamy 2021;
-/// docs/math.md section 10): each step also releases the count of contributions
+/// docs/math.md section 8): each step also releases the count of contributions
 /// whose norm was at most C, noised, and moves C towards the `quantile` of the
 /// norms: C <- C exp(-lr (b - quantile)), b the noised fraction. The count and
 /// the clipped sum are one Gaussian mechanism at the run's noise multiplier

@@ -78,7 +78,12 @@ void for_each_option(O& o, F&& f) {
     "accounted once (0: one piece; naive, vanilla, ghost)", kRun);
   f("max-steps", o.max_steps, "stop after this many steps (0: no limit)", kRun);
   f("clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M", kRun);
-  f("clip-norm", o.clip_norm, "per-sample clipping norm C", kRun);
+  f("clip-norm", o.clip_norm, "per-sample clipping norm C (with --clip-quantile: the first step's)", kRun);
+  f("clip-quantile", o.clip_quantile, "GAMMA in [0, 1]: adaptive clipping, C follows this quantile of the per-sample "
+    "norms through a noised count each step, accounted with the gradient (docs/adaptive-clipping.md)", kRun);
+  f("clip-count-noise", o.clip_count_noise, "--clip-quantile: noise std of each step's count, above half the noise "
+    "multiplier (0: batch size / 20)", kRun);
+  f("clip-lr", o.clip_lr, "--clip-quantile: C <- C exp(-clip-lr (unclipped fraction - GAMMA))", kRun);
   f("noise-multiplier", o.noise_multiplier, "sigma: noise std / C", kRun);
   f("target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)", kRun);
   f("delta", o.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 records); 1/N "
@@ -211,6 +216,13 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
   require(!o.allow_no_noise || (o.noise_multiplier && *o.noise_multiplier == 0 && !o.target_epsilon),
           "--allow-no-noise goes with --noise-multiplier 0 and no --target-epsilon (a run without noise has no epsilon)");
   require(!o.allow_large_delta || (dp && o.delta), "--allow-large-delta goes with a --delta of a private run");
+  require(!o.clip_quantile || dp, "--clip-quantile adapts a private run's clip norm: it needs a dp-* optimizer");
+  for (const char* flag : {"clip-count-noise", "clip-lr"})
+    require(given.count(flag) == 0 || o.clip_quantile,
+            std::string("--") + flag + " tunes adaptive clipping, which is off: give --clip-quantile GAMMA");
+  require(!o.clip_quantile || o.optimizer != "dp-adambc",
+          "--clip-quantile with dp-adambc: DP-AdamBC subtracts a fixed noise variance, and adaptive clipping changes "
+          "it every step");
   require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
   require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
   require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),

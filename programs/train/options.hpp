@@ -27,6 +27,8 @@ struct Options {
   std::optional<double> lr;  // default: the base optimizer's own (default_lr)
   double momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0, lr_final = 0.0, adambc_floor = 1e-8;
   double epochs = 2, clip_norm = 1.0, epoch_fraction = 1.0;
+  std::optional<double> clip_quantile;  // adaptive clipping's gamma (unset: C fixed)
+  double clip_count_noise = 0, clip_lr = 0.2;
   std::size_t batch = 256, physical_batch = 0, train_limit = 0, test_limit = 0;
   std::optional<double> noise_multiplier, target_epsilon, delta;
   bool reproducible_noise = false, allow_no_noise = false, allow_large_delta = false, report_train_loss = false;

@@ -38,11 +38,14 @@ int run_gnuplot(std::vector<std::string> args) {
 }
 
 /// The script: ARG1 the data file, ARG2 the image, ARG3 the title, ARG4 "epsilon"
-/// for a second axis. String variables are values to gnuplot, never code.
+/// for a second axis, ARG5 "clip" for a panel of the adaptive clip norm. String
+/// variables are values to gnuplot, never code.
 constexpr const char* kScript =
-    "set terminal pngcairo size 900,560 font 'sans,11'\n"
+    "if (ARG5 eq 'clip') { set terminal pngcairo size 900,860 font 'sans,11' } "
+    "else { set terminal pngcairo size 900,560 font 'sans,11' }\n"
     "set output ARG2\n"
-    "set title ARG3 noenhanced\n"
+    "if (ARG5 eq 'clip') set multiplot layout 2,1\n"
+    "set title ARG3 noenhanced font ',9'\n"
     "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\nset grid\nset key bottom right\n"
     "set datafile missing 'NaN'\n"
     "stats ARG1 using 1 nooutput\n"
@@ -53,6 +56,12 @@ constexpr const char* kScript =
     "'' using 1:3 axes x1y2 with linespoints lw 2 title 'epsilon (spent so far)'\n"
     "} else {\n"
     "  plot ARG1 using 1:2 with linespoints lw 2 title 'test accuracy'\n"
+    "}\n"
+    "if (ARG5 eq 'clip') {\n"
+    "  unset y2label\n  unset y2tics\n  set ytics mirror\n  unset title\n  set logscale y\n"
+    "  set ylabel 'clip norm C'\n  set key top right\n"
+    "  plot ARG1 using 1:4 with linespoints lw 2 title 'clip norm after the epoch (adaptive)'\n"
+    "  unset multiplot\n"
     "}\n";
 
 /// A private folder under the temporary directory, removed with its contents.
@@ -82,12 +91,13 @@ void plot_history(const std::string& out, const nlohmann::json& history, bool wi
   const std::filesystem::path data = dir.path / "history.dat", script = dir.path / "plot.gp", png = dir.path / "plot.png";
   {
     std::ofstream d(data);
-    d << "# epoch test_accuracy_percent epsilon\n";
-    for (const auto& row : history) {
-      const json& e = row.contains("epsilon") ? row["epsilon"] : json();
-      d << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' '
-        << (e.is_number() ? fmt::format("{}", e.get<double>()) : std::string("NaN")) << '\n';
-    }
+    d << "# epoch test_accuracy_percent epsilon clip_norm\n";
+    auto number = [](const json& row, const char* key) {
+      return row.contains(key) && row[key].is_number() ? fmt::format("{}", row[key].get<double>()) : std::string("NaN");
+    };
+    for (const auto& row : history)
+      d << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' ' << number(row, "epsilon")
+        << ' ' << number(row, "clip_norm") << '\n';
     std::ofstream s(script);
     s << kScript;
     if (!d || !s) throw std::runtime_error("cannot write the plot's data in " + dir.path.string());
@@ -96,7 +106,9 @@ void plot_history(const std::string& out, const nlohmann::json& history, bool wi
   std::string shown = title;
   for (char& c : shown)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  const int rc = run_gnuplot({"-c", script.string(), data.string(), png.string(), shown, with_epsilon ? "epsilon" : "-"});
+  const bool clip = !history.empty() && history.back().contains("clip_norm");
+  const int rc = run_gnuplot(
+      {"-c", script.string(), data.string(), png.string(), shown, with_epsilon ? "epsilon" : "-", clip ? "clip" : "-"});
   std::ifstream in(png, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (rc != 0 || bytes.empty())

@@ -41,6 +41,7 @@ json epoch_row(const RunFacts& f, const EpochReport& e) {
   if (!dp) row["train_loss"] = e.train_loss;
   if (dp && f.options->report_train_loss) row["train_loss_not_covered_by_epsilon"] = e.train_loss;
   if (dp) row.update(f.trainer->privacy_json(e.epsilon));
+  if (f.options->clip_quantile) row["clip_norm"] = e.clip_norm;  // adaptive: the next step's C
   if (f.options->layer_snr) {
     DPOptimizer& opt = f.trainer->dp_optimizer();
     row["layer_snr"] = json::object();
@@ -61,9 +62,11 @@ void print_epoch(const RunFacts& f, const json& row, double epsilon) {
     if (row.contains(key))
       loss = fmt::format("train loss{} {:.4f}, ", is_dp(o.optimizer) ? " (not covered by epsilon)" : "",
                          row[key].get<double>());
-  fmt::print("epoch {}/{}: {}test accuracy {:.2f}%{}, {:.1f}s\n", row["epoch"].get<long>(), epochs, loss,
+  fmt::print("epoch {}/{}: {}test accuracy {:.2f}%{}{}, {:.1f}s\n", row["epoch"].get<long>(), epochs, loss,
              100 * row["test_accuracy"].get<double>(),
-             is_dp(o.optimizer) ? ", " + f.trainer->privacy_statement(epsilon) : "", row["seconds"].get<double>());
+             is_dp(o.optimizer) ? ", " + f.trainer->privacy_statement(epsilon) : "",
+             row.contains("clip_norm") ? fmt::format(", clip norm now {:.4g}", row["clip_norm"].get<double>()) : "",
+             row["seconds"].get<double>());
   if (row.contains("layer_snr")) {
     std::vector<std::string> parts;
     for (const auto& [layer, r] : row["layer_snr"].items()) parts.push_back(fmt::format("{} {:.3g}", layer, r.get<double>()));
@@ -84,6 +87,7 @@ json summary_row(const RunFacts& f, const TrainResult& r, json last, double seco
   if (is_dp(o.optimizer))
     s.update({{"clip_strategy", t.clipping().name()}, {"noise_multiplier", t.noise_multiplier()},
               {"sampling_rate", t.sampling_rate()}, {"noise_generator", t.noise_generator()}});
+  if (o.clip_quantile) s["clip_norm"] = t.dp_optimizer().clip_norm();  // adaptive: where C ended
   if (o.centre_features > 0) s["centre_noise_multiplier"] = o.centre_features;  // the release before training
   if (!o.checkpoint_dir.empty()) s["checkpoint"] = t.steps_done();
   if (!t.extension().empty()) s["extended"] = t.extension();  // this session went on under a larger budget

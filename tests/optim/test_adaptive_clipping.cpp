@@ -1,4 +1,4 @@
-// Adaptive quantile clipping (optim/dp_optimizer.hpp, docs/math.md section 10):
+// Adaptive quantile clipping (optim/dp_optimizer.hpp, docs/math.md section 8):
 // the gradient's noise multiplier against the closed form, the joint
 // mechanism's sensitivity in noise units, the released count's noise, C
 // reaching the quantile of norms computed by the per-example loop from both a

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -368,4 +370,42 @@ TEST_CASE("dpgrad-train --classes: the kept classes' record counts only when ask
   const Run counted = run_argv(quick_train({"--classes", "0,9", "--show-record-counts"}));
   REQUIRE(counted.status == 0);
   CHECK(contains(counted.out, "NOT covered by epsilon"));
+}
+
+TEST_CASE("dpgrad-train --clip-quantile: C is reported, checkpointed and resumed; its flags are refused where they do nothing") {
+  dpgrad::test::TempDir tmp("dpgrad-adaptive");
+  const std::string dir = (tmp.path / "run").string();
+  const std::vector<std::string> adaptive = {"--optimizer", "dp-sgd", "--noise-multiplier", "1", "--clip-norm", "0.001",
+                                             "--clip-quantile", "0.5", "--clip-count-noise", "5", "--json"};
+  auto with = [&](const std::string& epochs, std::vector<std::string> more) {  // quick_train's 1 epoch replaced
+    std::vector<std::string> a = quick_train(adaptive);
+    *std::next(std::find(a.begin(), a.end(), std::string("--epochs"))) = epochs;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const Run whole = run_argv(with("2", {"--reproducible-noise"}));
+  REQUIRE(whole.status == 0);
+  const auto end = last_json(whole.out);
+  CHECK(end["clip_norm"].get<double>() > 0.001);  // the norms are far above 0.001: C grew
+  const Run first = run_argv(with("2", {"--reproducible-noise", "--checkpoint-dir", dir, "--max-steps", "32"}));
+  REQUIRE(first.status == 0);
+  CHECK(contains(first.out, "\"clip_norm\""));
+  const Run rest = run_argv({train, "--checkpoint-dir", dir, "--resume", "--max-steps", "0", "--json"});
+  REQUIRE(rest.status == 0);
+  CHECK(last_json(rest.out)["clip_norm"] == end["clip_norm"]);  // C came back from the checkpoint
+  CHECK(last_json(rest.out)["epsilon"] == end["epsilon"]);
+  for (const auto& [flags, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--clip-lr", "0.5"}, "adaptive clipping, which is off"},
+           {{"--clip-count-noise", "3"}, "adaptive clipping, which is off"},
+           {{"--clip-quantile", "0.5"}, "needs a dp-* optimizer"},
+           {{"--optimizer", "dp-sgd", "--noise-multiplier", "3", "--clip-strategy", "jl:4", "--clip-quantile", "0.5"},
+            "adaptive clipping cannot run with jl:4"},
+           {{"--optimizer", "dp-sgd", "--noise-multiplier", "4", "--clip-quantile", "0.5", "--clip-count-noise", "1"},
+            "must exceed half the noise multiplier"},
+           {{"--optimizer", "dp-adambc", "--noise-multiplier", "1", "--clip-quantile", "0.5"}, "dp-adambc"}}) {
+    CAPTURE(flags.back());
+    const Run r = run_argv(quick_train(flags));
+    CHECK(r.status == 2);
+    CHECK(contains(r.out, says));
+  }
 }
