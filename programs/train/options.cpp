@@ -112,7 +112,8 @@ void for_each_option(O& o, F&& f) {
   f("checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)", kRun);
   f("resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)", kSession);
   f("plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)", kSession);
-  f("demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3)", kSession);
+  f("demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3); flags given replace "
+    "its settings", kSession);
 }
 
 template <class V> struct is_list : std::false_type {};
@@ -257,21 +258,24 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   for_each_option(o, [&](const char* flag, auto&, const std::string&, Role) {
     if (app.count(std::string("--") + flag) > 0) r.given.insert(flag);
   });
-  if (o.demo) {  // private cnn26k on Fashion-MNIST at epsilon 3 (PLD): the README's recipe, about 3 minutes on 2 cores
-    o.model = "cnn26k";
-    o.activation = "tanh";
-    o.optimizer = "dp-momentum";
-    o.momentum = 0.9;
-    o.lr = 0.5;
-    o.lr_scale = "conv1=2,dense2=2";
-    o.batch = 4096;
-    o.epochs = 70;
-    o.strategy = "ghost";
-    o.clip_norm = 1;
-    o.ema = 0.97;
-    o.target_epsilon = 3.0;
-    o.delta = 1e-5;
-    o.accountant = "pld";
+  if (o.demo) {  // private cnn26k on Fashion-MNIST at epsilon 3 (PLD): the README's recipe; flags given win
+    auto preset = [&](const char* flag, auto& field, auto value) {
+      if (r.given.count(flag) == 0) field = value;
+    };
+    preset("model", o.model, std::string("cnn26k"));
+    preset("activation", o.activation, std::string("tanh"));
+    preset("optimizer", o.optimizer, std::string("dp-momentum"));
+    preset("momentum", o.momentum, 0.9);
+    preset("lr", o.lr, 0.5);
+    preset("lr-scale", o.lr_scale, std::string("conv1=2,dense2=2"));
+    preset("batch-size", o.batch, std::size_t(4096));
+    preset("epochs", o.epochs, 70.0);
+    preset("clip-strategy", o.strategy, std::string("ghost"));
+    preset("clip-norm", o.clip_norm, 1.0);
+    preset("ema", o.ema, 0.97);
+    preset("target-epsilon", o.target_epsilon, 3.0);
+    preset("delta", o.delta, 1e-5);
+    preset("accountant", o.accountant, std::string("pld"));
   }
   return r;
 }

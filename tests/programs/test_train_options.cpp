@@ -22,6 +22,22 @@ dpgrad::train::ParsedOptions parse(std::vector<std::string> args) {
 }
 }  // namespace
 
+TEST_CASE("dpgrad-train --demo: the recipe fills in what the command line leaves out, and flags given win") {
+  auto demo = parse({"--demo"});
+  REQUIRE_FALSE(demo.exit_code);
+  CHECK(demo.options.model == "cnn26k");
+  CHECK(demo.options.clip_norm == 1.0);
+  CHECK(demo.options.batch == 4096);
+  CHECK(demo.options.target_epsilon == 3.0);
+  auto mine = parse({"--demo", "--clip-norm", "0.01", "--clip-quantile", "0.5", "--epochs", "3"});
+  REQUIRE_FALSE(mine.exit_code);
+  CHECK(mine.options.model == "cnn26k");
+  CHECK(mine.options.clip_norm == 0.01);  // before: silently replaced by the recipe's 1
+  CHECK(mine.options.epochs == 3.0);
+  CHECK(mine.options.clip_quantile == 0.5);
+  CHECK(mine.options.lr == 0.5);
+}
+
 TEST_CASE("dpgrad-train options: parsed as a function; flags given are recorded; bad input gives exit code 2") {
   auto ok = parse({"--optimizer", "dp-adam", "--noise-multiplier", "1.5", "--batch-size", "32"});
   CHECK_FALSE(ok.exit_code);
