@@ -18,9 +18,20 @@ int parse_positive(const std::string& spec, const std::string& text, const std::
 
 }  // namespace
 
-ClipSpec parse_clip_spec(const std::string& spec) {
+ClipSpec parse_clip_spec(const std::string& text) {
   ClipSpec s;
   using K = ClipSpec::Kind;
+  const std::size_t plus = text.find('+');
+  const std::string spec = text.substr(0, plus);
+  if (plus != std::string::npos) {
+    const std::string layers = text.substr(plus + 1);
+    if (layers == "layers") s.layers = ClipSpec::Layers::equal;
+    else if (layers == "layers:size") s.layers = ClipSpec::Layers::size;
+    else throw std::invalid_argument("clip strategy '" + text + "': after '+' comes layers or layers:size");
+    if (spec != "naive" && spec != "vanilla" && spec != "ghost")
+      throw std::invalid_argument("clip strategy '" + text + "': per-layer clipping (+" + layers + ") applies to naive, "
+                                  "vanilla and ghost, whose contributions are one example's exact gradient");
+  }
   if (spec == "none") s.kind = K::none;
   else if (spec == "naive") s.kind = K::naive;
   else if (spec == "vanilla") s.kind = K::vanilla;
@@ -41,8 +52,9 @@ ClipSpec parse_clip_spec(const std::string& spec) {
     s.kind = K::microbatch;
     s.group_size = parse_positive(spec, spec.substr(11), "microbatch:");
   } else {
-    throw std::invalid_argument("unknown clip strategy '" + spec +
-                                "' (none, naive, vanilla, ghost, jl:K, microbatch:M)");
+    throw std::invalid_argument("unknown clip strategy '" + text +
+                                "' (none, naive, vanilla, ghost, jl:K, microbatch:M; naive, vanilla and ghost also "
+                                "per layer: ghost+layers, ghost+layers:size)");
   }
   return s;
 }

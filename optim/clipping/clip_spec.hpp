@@ -16,13 +16,21 @@ struct ClipSpec {
   int directions = 0;    // jl:K
   int chunk = 0;         // jl:K/C (0: chosen from the tape's size)
   int group_size = 0;    // microbatch:M: M examples per microbatch
+  /// Per-layer clipping (naive, vanilla, ghost; "+layers", "+layers:size"):
+  /// each layer's part of a contribution (a layer: its parameters' names up to
+  /// the last '.') is clipped to its own C_g, with the C_g^2 summing to C^2, so
+  /// the contribution's norm and the sensitivity stay at most C. equal: C_g =
+  /// C / sqrt(layers); size: C_g^2 proportional to the layer's parameter count.
+  enum class Layers { flat, equal, size };
+  Layers layers = Layers::flat;
 };
 
 /// jl:K takes at most this many directions: each is a forward pass.
 inline constexpr int kMaxJlDirections = 10000;
 
 /// Parses "none", "naive", "vanilla", "ghost", "jl:K", "jl:K/C" or
-/// "microbatch:M"; throws std::invalid_argument naming the problem.
+/// "microbatch:M", the first three optionally followed by "+layers" or
+/// "+layers:size"; throws std::invalid_argument naming the problem.
 ClipSpec parse_clip_spec(const std::string& spec);
 
 }  // namespace dpgrad

@@ -73,22 +73,65 @@ ClipResult<T> empty_result(const std::vector<TensorT<T>>& ps) {
   return r;
 }
 
-/// The parameters' accumulated gradient is one contribution: clip it to C and
-/// add it to res.sum. Returns its norm.
+/// Per-layer clipping's layers (ClipSpec::Layers): each parameter's layer, in
+/// order of first appearance, and each layer's share w_g of C (the w_g^2 sum to
+/// 1). Flat clipping is one layer of share 1.
+struct LayerSplit {
+  std::vector<std::size_t> layer;  // per parameter
+  std::vector<double> share;       // per layer
+};
+
 template <class T>
-T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipResult<T>& res) {
-  double sq = 0;
+LayerSplit layer_split(const std::vector<TensorT<T>>& ps, ClipSpec::Layers how) {
+  LayerSplit s;
+  if (how == ClipSpec::Layers::flat) {
+    s.layer.assign(ps.size(), 0);
+    s.share = {1.0};
+    return s;
+  }
+  std::vector<std::string> names;
+  std::vector<double> sizes;
+  double total = 0;
+  for (const auto& p : ps) {
+    const std::string name = p.name().substr(0, p.name().rfind('.'));
+    const auto at = std::find(names.begin(), names.end(), name);
+    s.layer.push_back(std::size_t(at - names.begin()));
+    if (at == names.end()) names.push_back(name), sizes.push_back(0.0);
+    sizes[s.layer.back()] += double(p.value().size());
+    total += double(p.value().size());
+  }
+  for (const double size : sizes)
+    s.share.push_back(how == ClipSpec::Layers::equal ? 1 / std::sqrt(double(sizes.size())) : std::sqrt(size / total));
+  return s;
+}
+
+std::string layers_suffix(ClipSpec::Layers how) {
+  return how == ClipSpec::Layers::equal ? "+layers" : how == ClipSpec::Layers::size ? "+layers:size" : "";
+}
+
+/// The parameters' accumulated gradient is one contribution: each layer's part
+/// clipped to its share of C and added to res.sum. Returns its norm.
+template <class T>
+T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipResult<T>& res,
+                      const LayerSplit& split) {
+  std::vector<double> sq(split.share.size(), 0.0);
   std::size_t coordinates = 0;
-  for (auto& p : ps) {
-    const ArrayT<T>& g = p.grad();
-    sq += squared_norm(g.data(), g.size());
+  for (std::size_t j = 0; j < ps.size(); ++j) {
+    const ArrayT<T>& g = ps[j].grad();
+    sq[split.layer[j]] += squared_norm(g.data(), g.size());
     coordinates += g.size();
   }
-  double n = std::sqrt(sq);
-  T c = clip_factor<T>(n, clip_norm, coordinates);
-  if (c < T(1)) ++res.clipped;
-  for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c * ps[j].grad();
-  return T(n);
+  std::vector<T> c;
+  bool clipped = false;
+  double total = 0;
+  for (std::size_t l = 0; l < sq.size(); ++l) {
+    c.push_back(clip_factor<T>(std::sqrt(sq[l]), clip_norm * split.share[l], coordinates));
+    clipped |= c.back() < T(1);
+    total += sq[l];
+  }
+  if (clipped) ++res.clipped;
+  for (std::size_t j = 0; j < ps.size(); ++j) res.sum[j] += c[split.layer[j]] * ps[j].grad();
+  return T(std::sqrt(total));
 }
 
 template <class T>
@@ -146,17 +189,38 @@ std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std
 
 namespace {
 
+/// Each record's clip factor per layer (c[l](i), from its squared norm in that
+/// layer, norms_sq[l](i), and the layer's share of C); its norm over every layer
+/// in res.norms, and in res.clipped the records clipped in any layer.
 template <class T>
-ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, std::size_t coordinates, ClipResult<T>& res) {
-  ArrayT<T> c = ArrayT<T>::from_shape(norms_sq.shape());
-  res.norms = ArrayT<T>::from_shape(norms_sq.shape());
-  for (std::size_t i = 0; i < c.size(); ++i) {
-    double n = std::sqrt(std::max(0.0, double(norms_sq(i))));
-    res.norms(i) = T(n);
-    c(i) = clip_factor<T>(n, clip_norm, coordinates);
-    if (c(i) < T(1)) ++res.clipped;
+std::vector<ArrayT<T>> layer_factors(const std::vector<ArrayT<T>>& norms_sq, const LayerSplit& split, double clip_norm,
+                                     std::size_t coordinates, ClipResult<T>& res) {
+  const std::size_t b = norms_sq.front().size();
+  std::vector<ArrayT<T>> c;
+  std::vector<double> total(b, 0.0);
+  std::vector<char> clipped(b, 0);
+  for (std::size_t l = 0; l < norms_sq.size(); ++l) {
+    ArrayT<T> f = ArrayT<T>::from_shape({b});
+    for (std::size_t i = 0; i < b; ++i) {
+      const double sq = std::max(0.0, double(norms_sq[l](i)));
+      f(i) = clip_factor<T>(std::sqrt(sq), clip_norm * split.share[l], coordinates);
+      clipped[i] |= f(i) < T(1);
+      total[i] += sq;
+    }
+    c.push_back(std::move(f));
+  }
+  res.norms = ArrayT<T>::from_shape({b});
+  for (std::size_t i = 0; i < b; ++i) {
+    res.norms(i) = T(std::sqrt(total[i]));
+    res.clipped += clipped[i];
   }
   return c;
+}
+
+/// Flat clipping's factors: one layer.
+template <class T>
+ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, std::size_t coordinates, ClipResult<T>& res) {
+  return layer_factors<T>({norms_sq}, LayerSplit{{}, {1.0}}, clip_norm, coordinates, res).front();
 }
 
 template <class T>
@@ -185,9 +249,11 @@ class NoneStrategy final : public ClipStrategyT<T> {
 template <class T>
 class NaiveStrategy final : public ClipStrategyT<T> {
  public:
-  std::string name() const override { return "naive"; }
+  explicit NaiveStrategy(ClipSpec::Layers layers) : layers_(layers) {}
+  std::string name() const override { return "naive" + layers_suffix(layers_); }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
+    const LayerSplit split = layer_split(ps, layers_);
     ClipResult<T> res;
     res.sum = zeros_like_params(ps);
     res.norms = ArrayT<T>::from_shape({batch.examples()});
@@ -200,11 +266,14 @@ class NaiveStrategy final : public ClipStrategyT<T> {
       TensorT<T> loss = per_sample_losses(model, one);
       res.loss_sum += loss_total(loss);
       tape.backward(sum(loss));
-      res.norms(i) = clip_and_accumulate(ps, clip_norm, res);
+      res.norms(i) = clip_and_accumulate(ps, clip_norm, res, split);
     }
     zero_grads(ps);
     return res;
   }
+
+ private:
+  ClipSpec::Layers layers_;
 };
 
 /// The exact strategies: one forward and one backward with every parameter use
@@ -214,6 +283,7 @@ class NaiveStrategy final : public ClipStrategyT<T> {
 template <class T>
 class RuleStrategy : public ClipStrategyT<T> {
  public:
+  explicit RuleStrategy(ClipSpec::Layers layers) : layers_(layers) {}
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
     if (batch.examples() == 0) return empty_result(ps);
@@ -226,26 +296,29 @@ class RuleStrategy : public ClipStrategyT<T> {
 
  protected:
   virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
+  const ClipSpec::Layers layers_;
 
  private:
   /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); P = coordinates.
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
                       std::size_t b, double clip_norm, std::size_t coordinates, ClipResult<T>& res) const {
     std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
-    ArrayT<T> norms_sq = xt::zeros<T>({b});
+    const LayerSplit split = layer_split(ps, layers_);
+    std::vector<ArrayT<T>> norms_sq(split.share.size(), xt::zeros<T>({b}));
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (!groups[j]) continue;
+      ArrayT<T>& sq = norms_sq[split.layer[j]];
       if (keeps_per_sample_gradients(*groups[j], b)) {
         kept[j] = materialise_per_sample_gradients(*groups[j], b);
-        norms_sq += kept[j]->norms_squared();
+        sq += kept[j]->norms_squared();
       } else {
-        norms_sq += per_sample_norms_squared(*groups[j], b);
+        sq += per_sample_norms_squared(*groups[j], b);
       }
     }
-    ArrayT<T> c = factors(norms_sq, clip_norm, coordinates, res);
+    const std::vector<ArrayT<T>> c = layer_factors(norms_sq, split, clip_norm, coordinates, res);
     for (std::size_t j = 0; j < ps.size(); ++j) {
-      if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c));
-      else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c));
+      if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c[split.layer[j]]));
+      else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c[split.layer[j]]));
       else res.sum.push_back(xt::zeros<T>(ps[j].value().shape()));
       kept[j].reset();  // freed as soon as its sum is formed
     }
@@ -256,7 +329,8 @@ class RuleStrategy : public ClipStrategyT<T> {
 template <class T>
 class VanillaStrategy final : public RuleStrategy<T> {
  public:
-  std::string name() const override { return "vanilla"; }
+  using RuleStrategy<T>::RuleStrategy;
+  std::string name() const override { return "vanilla" + layers_suffix(this->layers_); }
 
  private:
   bool keeps_per_sample_gradients(const ParamUses<T>&, std::size_t) const override { return true; }
@@ -267,7 +341,8 @@ class VanillaStrategy final : public RuleStrategy<T> {
 template <class T>
 class GhostStrategy final : public RuleStrategy<T> {
  public:
-  std::string name() const override { return "ghost"; }
+  using RuleStrategy<T>::RuleStrategy;
+  std::string name() const override { return "ghost" + layers_suffix(this->layers_); }
 
  private:
   bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const override {
@@ -391,7 +466,7 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
       TensorT<T> losses = per_sample_losses(model, batch.select(index));
       res.loss_sum += loss_total(losses);
       tape.backward(mean(losses));
-      norms.push_back(clip_and_accumulate(ps, clip_norm, res));
+      norms.push_back(clip_and_accumulate(ps, clip_norm, res, layer_split(ps, ClipSpec::Layers::flat)));
     }
     zero_grads(ps);
     res.norms = xt::adapt(norms, {norms.size()});
@@ -442,13 +517,16 @@ std::unique_ptr<ClipStrategyT<T>> make_clip_strategy(const ClipSpec& s, double e
   if (s.kind == ClipSpec::Kind::jl && (s.directions < 1 || s.directions > kMaxJlDirections || s.chunk < 0))
     throw std::invalid_argument("jl:K needs K in [1, " + std::to_string(kMaxJlDirections) + "] and a chunk >= 0, got K " +
                                 std::to_string(s.directions) + ", chunk " + std::to_string(s.chunk));
+  if (s.layers != ClipSpec::Layers::flat && s.kind != ClipSpec::Kind::naive && s.kind != ClipSpec::Kind::vanilla &&
+      s.kind != ClipSpec::Kind::ghost)
+    throw std::invalid_argument("per-layer clipping applies to naive, vanilla and ghost");
   if (s.kind == ClipSpec::Kind::microbatch && s.group_size < 1)
     throw std::invalid_argument("microbatch:M needs M >= 1, got " + std::to_string(s.group_size));
   switch (s.kind) {
     case ClipSpec::Kind::none: return std::make_unique<NoneStrategy<T>>();
-    case ClipSpec::Kind::naive: return std::make_unique<NaiveStrategy<T>>();
-    case ClipSpec::Kind::vanilla: return std::make_unique<VanillaStrategy<T>>();
-    case ClipSpec::Kind::ghost: return std::make_unique<GhostStrategy<T>>();
+    case ClipSpec::Kind::naive: return std::make_unique<NaiveStrategy<T>>(s.layers);
+    case ClipSpec::Kind::vanilla: return std::make_unique<VanillaStrategy<T>>(s.layers);
+    case ClipSpec::Kind::ghost: return std::make_unique<GhostStrategy<T>>(s.layers);
     case ClipSpec::Kind::jl: return std::make_unique<JlStrategy<T>>(s.directions, s.chunk);
     case ClipSpec::Kind::microbatch:
       if (!(expected_batch >= 1)) throw std::invalid_argument("microbatch strategy needs the expected batch size");

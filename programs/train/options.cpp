@@ -77,7 +77,9 @@ void for_each_option(O& o, F&& f) {
   f("physical-batch-size", o.physical_batch, "clip each batch in chunks of at most this many examples, noised and "
     "accounted once (0: one piece; naive, vanilla, ghost)", kRun);
   f("max-steps", o.max_steps, "stop after this many steps (0: no limit)", kRun);
-  f("clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M", kRun);
+  f("clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M; per layer (each layer's part clipped to "
+    "its share of C, the shares' squares summing to 1): ghost+layers (equal shares), ghost+layers:size (by the "
+    "layers' sizes), likewise vanilla and naive", kRun);
   f("clip-norm", o.clip_norm, "per-sample clipping norm C (with --clip-quantile: the first step's)", kRun);
   f("clip-quantile", o.clip_quantile, "GAMMA in [0, 1]: adaptive clipping, C follows this quantile of the per-sample "
     "norms through a noised count each step, accounted with the gradient (docs/adaptive-clipping.md)", kRun);
