@@ -196,7 +196,8 @@ double DPOptimizerT<T>::accounted_noise_multiplier() const {
 template <class T>
 double DPOptimizerT<T>::noise_variance() const {
   if (!adds_noise()) return 0.0;
-  const double sd = gradient_sigma_ * clip_norm() / strategy_.normaliser(expected_batch_size());
+  const double sd = gradient_sigma_ * (config_.adaptive && config_.adaptive->normalise ? 1.0 : clip_norm()) /
+                    strategy_.normaliser(expected_batch_size());
   return sd * sd;
 }
 
@@ -360,6 +361,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   if (strategy_.is_private()) {
     // the true batch size is itself private: divide by the expected one
     denom = strategy_.normaliser(expected_batch_size());
+    if (config_.adaptive && config_.adaptive->normalise) denom *= C;  // in units of this step's C
   } else {
     denom = std::max<double>(1.0, double(st.batch));
   }

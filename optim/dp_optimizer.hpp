@@ -40,6 +40,11 @@ struct AdaptiveClipping {
   double count_noise = 0;    // sigma_b, noise std of the count, > sigma / 2 (0: the expected contributions / 20)
   double lr = 0.2;           // eta >= 0: the geometric step
   double min_clip_norm = 1e-9, max_clip_norm = 1e6;  // C is kept in this range (fixed in advance)
+  /// The noised sum is also divided by the step's C (post-processing: C is
+  /// public), so the base optimizer sees a mean of contributions of norm at most
+  /// 1 and a learning rate means at every C what it means at C = 1; false: the
+  /// step's size follows C as with a fixed clip norm.
+  bool normalise = true;
 };
 
 /// The sampling rate q and the expected batch size L are not settings: they come

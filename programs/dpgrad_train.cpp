@@ -139,7 +139,10 @@ PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Co
   c.accounting = dp ? accounting_from_string(o.accountant) : Accounting::automatic;
   c.sat_rho = o.sat_rho;
   c.ema = o.ema;
-  if (o.clip_quantile) c.adaptive_clipping = AdaptiveClipping{*o.clip_quantile, o.clip_count_noise, o.clip_lr};
+  if (o.clip_quantile) {
+    c.adaptive_clipping = AdaptiveClipping{*o.clip_quantile, o.clip_count_noise, o.clip_lr};
+    c.adaptive_clipping->normalise = !o.clip_no_normalise;
+  }
   c.lr_final = o.schedule == "cosine" ? o.lr_final : -1.0;
   c.reproducible_noise = o.reproducible_noise;
   c.seed = o.seed;

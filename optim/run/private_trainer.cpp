@@ -78,7 +78,7 @@ PlanSettings plan_settings(const PrivateTrainingConfigT<T>& c, const ClipStrateg
 /// Adaptive clipping's settings.
 nlohmann::json adaptive_json(const AdaptiveClipping& a) {
   return {{"quantile", a.quantile}, {"count_noise", a.count_noise}, {"lr", a.lr}, {"min_clip_norm", a.min_clip_norm},
-          {"max_clip_norm", a.max_clip_norm}};
+          {"max_clip_norm", a.max_clip_norm}, {"normalise", a.normalise}};
 }
 
 /// What defines a run before any data: see PrivateTrainerT::settings().
@@ -585,7 +585,7 @@ std::vector<std::string> PrivateTrainerT<T>::describe() const {
                       num(a->lr) + ", C in [" + num(a->min_clip_norm) + ", " + num(a->max_clip_norm) +
                       "]), each step's count noised at " + num(a->count_noise) + " and accounted with the gradient, "
                       "whose own noise multiplier is " + num(dp_->gradient_noise_multiplier()) + "; C is now " +
-                      num(dp_->clip_norm()));
+                      num(dp_->clip_norm()) + (a->normalise ? "; the noised sum is taken in units of C" : ""));
     for (const auto& r : config_.releases)
       lines.push_back("released before training, " + r.name + ": " + (r.what.empty() ? "a private release" : r.what) +
                       ", noise multiplier " + num(r.noise_multiplier) + " (accounted with the run" +

@@ -86,6 +86,8 @@ void for_each_option(O& o, F&& f) {
   f("clip-count-noise", o.clip_count_noise, "--clip-quantile: noise std of each step's count, above half the noise "
     "multiplier (0: batch size / 20)", kRun);
   f("clip-lr", o.clip_lr, "--clip-quantile: C <- C exp(-clip-lr (unclipped fraction - GAMMA))", kRun);
+  f("clip-no-normalise", o.clip_no_normalise, "--clip-quantile: do not divide the noised sum by C (by default the "
+    "learning rate applies to contributions in units of C, so that it means the same at every C)", kRun);
   f("noise-multiplier", o.noise_multiplier, "sigma: noise std / C", kRun);
   f("target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)", kRun);
   f("delta", o.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 records); 1/N "
@@ -220,7 +222,7 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
           "--allow-no-noise goes with --noise-multiplier 0 and no --target-epsilon (a run without noise has no epsilon)");
   require(!o.allow_large_delta || (dp && o.delta), "--allow-large-delta goes with a --delta of a private run");
   require(!o.clip_quantile || dp, "--clip-quantile adapts a private run's clip norm: it needs a dp-* optimizer");
-  for (const char* flag : {"clip-count-noise", "clip-lr"})
+  for (const char* flag : {"clip-count-noise", "clip-lr", "clip-no-normalise"})
     require(given.count(flag) == 0 || o.clip_quantile,
             std::string("--") + flag + " tunes adaptive clipping, which is off: give --clip-quantile GAMMA");
   require(!o.clip_quantile || o.optimizer != "dp-adambc",
@@ -293,9 +295,11 @@ json restore_run_options(Options& o, const std::set<std::string>& given, json re
   // A run may also go on longer under a larger budget: those three flags reach the
   // library, which takes them if they lengthen the run and refuses them otherwise.
   std::vector<std::string> changed;
+  // a flag newer than the checkpoint is recorded as its default: the run had none of what it adds
+  const json defaults = run_options_json(Options());
   for_each_option(o, [&](const char* flag, auto& v, const std::string&, Role role) {
     if (role != kRun) return;
-    require(stored.contains(flag), fmt::format("the checkpoint does not record --{}", flag));
+    if (!stored.contains(flag)) stored[flag] = defaults[flag];
     const std::string f = flag;
     if ((f == "threads" || f == "epochs" || f == "max-steps" || f == "target-epsilon") && given.count(flag) > 0) return;
     if (given.count(flag) > 0 && given_json[flag] != stored[flag])

@@ -29,6 +29,7 @@ struct Options {
   double epochs = 2, clip_norm = 1.0, epoch_fraction = 1.0;
   std::optional<double> clip_quantile;  // adaptive clipping's gamma (unset: C fixed)
   double clip_count_noise = 0, clip_lr = 0.2;
+  bool clip_no_normalise = false;
   std::size_t batch = 256, physical_batch = 0, train_limit = 0, test_limit = 0;
   std::optional<double> noise_multiplier, target_epsilon, delta;
   bool reproducible_noise = false, allow_no_noise = false, allow_large_delta = false, report_train_loss = false;

@@ -253,3 +253,27 @@ TEST_CASE("adaptive clipping: C is in the checkpoint, and a resumed run ends whe
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(xt::amax(xt::abs(a[i].value() - b[i].value()))()) == 0);
   CHECK(resumed.epsilon() == whole.epsilon());
 }
+
+TEST_CASE("adaptive clipping: by default the noised sum is taken in units of C, so a step's size does not follow C") {
+  const BatchT<double> data = records(400, 11);
+  auto first_step = [&](bool normalise) {
+    PrivateTrainingConfigT<double> c = adaptive_config(0.04, 1);
+    c.adaptive_clipping->normalise = normalise;
+    FastRng init(3);
+    auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+    std::vector<ArrayT<double>> before;
+    for (const auto& p : model->parameters()) before.push_back(p.value());
+    SgdT<double> sgd(model->parameters(), 1.0, 0.0);
+    PrivateTrainerT<double> t(*model, sgd, data, c);
+    const double variance = t.dp_optimizer().noise_variance();
+    t.step();
+    std::vector<ArrayT<double>> moved;
+    for (std::size_t i = 0; i < before.size(); ++i) moved.push_back(model->parameters()[i].value() - before[i]);
+    return std::make_pair(moved, variance);
+  };
+  const auto [scaled, scaled_variance] = first_step(true);
+  const auto [raw, raw_variance] = first_step(false);
+  for (std::size_t i = 0; i < raw.size(); ++i)  // the same noise, the step divided by C = 0.04
+    CHECK(double(xt::amax(xt::abs(scaled[i] * 0.04 - raw[i]))()) < 1e-12 * (1 + double(xt::amax(xt::abs(raw[i]))())));
+  CHECK(relative(scaled_variance * 0.04 * 0.04, raw_variance) < 1e-12);
+}
