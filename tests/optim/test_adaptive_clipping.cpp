@@ -188,6 +188,11 @@ TEST_CASE("adaptive clipping: naive, vanilla, ghost, microbatch:1 and physical b
   for (std::size_t i = 0; i < loop.clip_norms.size(); ++i)
     CHECK(relative(chunked.clip_norms[i], loop.clip_norms[i]) < 1e-9);
   CHECK(loop.final_clip_norm != 0.05);  // it moved
+  // microbatch:4 counts microbatches (50 per batch of 200; count noise 50 / 20): its C moves too
+  PrivateTrainingConfigT<double> groups = adaptive_config(0.05, 40, "microbatch:4");
+  const Run grouped = run(data, groups);
+  CHECK(grouped.final_clip_norm > 0.05);
+  for (const double f : grouped.fractions) CHECK(std::isfinite(f));
 }
 
 TEST_CASE("adaptive clipping: jl:K, a run without noise, a count noise of sigma / 2 and bad settings are refused") {
