@@ -28,17 +28,7 @@ using test::randn;
 namespace {
 
 /// n examples of 8 features, labels in [0, 3) from a fixed linear rule.
-BatchT<double> records(std::size_t n, std::uint64_t seed) {
-  FastRng rng(seed);
-  BatchT<double> b;
-  b.inputs = randn<double>({n, 8}, rng);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double s = b.inputs(i, 0) + 0.5 * b.inputs(i, 1);
-    b.labels.push_back(s < -0.4 ? 0 : s < 0.4 ? 1 : 2);
-    b.ids.push_back(std::int64_t(i));
-  }
-  return b;
-}
+BatchT<double> records(std::size_t n, std::uint64_t seed) { return test::three_class_records(n, 8, seed); }
 
 /// The gradient's noise multiplier of Andrew et al. (2021), Theorem 1, written out here:
 /// the clipped sum at noise sigma_g and the count at sigma_b (sensitivity 1/2) are one

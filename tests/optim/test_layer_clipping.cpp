@@ -14,6 +14,7 @@
 #include "optim/clipping/clip_spec.hpp"
 #include "optim/clipping/clipping.hpp"
 #include "optim/run/private_trainer.hpp"
+#include "support/batches.hpp"
 #include "support/check.hpp"
 
 using namespace dpgrad;
@@ -21,16 +22,7 @@ using test::randn;
 
 namespace {
 
-BatchT<double> records(std::size_t n, std::uint64_t seed) {
-  FastRng rng(seed);
-  BatchT<double> b;
-  b.inputs = randn<double>({n, 6}, rng, 2.0);
-  for (std::size_t i = 0; i < n; ++i) {
-    b.labels.push_back(std::int32_t(i % 3));
-    b.ids.push_back(std::int64_t(i));
-  }
-  return b;
-}
+BatchT<double> records(std::size_t n, std::uint64_t seed) { return test::three_class_records(n, 6, seed, 2.0); }
 
 /// The clipped sum written out: each example's unclipped gradient from the loop
 /// (naive, C = 10^300, one example at a time), each layer's part scaled to at
