@@ -457,6 +457,7 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
     for (std::size_t i = 0; i < batch.examples(); ++i)
       members[m_ == 1 ? i : keyed_bucket(key, batch.ids[i * batch.views], count_)].push_back(i);
     std::vector<T> norms;
+    const LayerSplit flat = layer_split(ps, ClipSpec::Layers::flat);
     for (const auto& index : members) {
       if (index.empty()) continue;
       zero_grads(ps);
@@ -466,7 +467,7 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
       TensorT<T> losses = per_sample_losses(model, batch.select(index));
       res.loss_sum += loss_total(losses);
       tape.backward(mean(losses));
-      norms.push_back(clip_and_accumulate(ps, clip_norm, res, layer_split(ps, ClipSpec::Layers::flat)));
+      norms.push_back(clip_and_accumulate(ps, clip_norm, res, flat));
     }
     zero_grads(ps);
     res.norms = xt::adapt(norms, {norms.size()});
