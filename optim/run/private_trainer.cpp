@@ -75,6 +75,13 @@ PlanSettings plan_settings(const PrivateTrainingConfigT<T>& c, const ClipStrateg
   return s;
 }
 
+/// The strategy a config runs: "none" when not private, else its own or ghost.
+template <class T>
+std::shared_ptr<ClipStrategyT<T>> strategy_of(const PrivateTrainingConfigT<T>& c) {
+  if (c.non_private) return make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::none});
+  return c.clipping ? c.clipping : clipping::ghost<T>();
+}
+
 /// Adaptive clipping's settings.
 nlohmann::json adaptive_json(const AdaptiveClipping& a) {
   return {{"quantile", a.quantile}, {"count_noise", a.count_noise}, {"lr", a.lr}, {"min_clip_norm", a.min_clip_norm},
@@ -196,9 +203,7 @@ template <class T>
 PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, const BatchT<T>& train,
                                     PrivateTrainingConfigT<T> config)
     : model_(model), optimizer_(optimizer), train_(train), config_(std::move(config)), base_lr_(optimizer.lr()) {
-  strategy_ = config_.non_private ? std::shared_ptr<ClipStrategyT<T>>(make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::none}))
-              : config_.clipping  ? config_.clipping
-                                  : clipping::ghost<T>();
+  strategy_ = strategy_of(config_);
   settings_ = run_settings(config_, *strategy_, model_, optimizer_, base_lr_);
   check_settings_on_all_ranks();
   check_training_config(config_, base_lr_);
@@ -231,11 +236,14 @@ std::size_t PrivateTrainerT<T>::dataset_size() {
 }
 
 template <class T>
+RunPlan plan_run(const PrivateTrainingConfigT<T>& c, std::size_t dataset_size, std::size_t parameters) {
+  // adaptive clipping noises one more coordinate per step, the count (its grid draws are charged)
+  return RunPlan::make(plan_settings(c, *strategy_of(c)), dataset_size, parameters + (c.adaptive_clipping ? 1 : 0));
+}
+
+template <class T>
 void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
-  const auto strategy = c.non_private ? make_clip_strategy<T>(ClipSpec{ClipSpec::Kind::none})
-                        : c.clipping  ? nullptr
-                                      : clipping::ghost<T>();
-  check_plan_settings(plan_settings(c, strategy ? *strategy : *c.clipping));
+  check_plan_settings(plan_settings(c, *strategy_of(c)));
   require(c.ema == 0 || (c.ema > 0 && c.ema < 1), "ema must be in (0, 1) (0: off), got " + num(c.ema));
   require(c.lr_final < 0 || (c.lr_final <= lr && std::isfinite(c.lr_final)),
           "lr_final must be at most the optimizer's learning rate " + num(lr) + ", got " + num(c.lr_final));
@@ -257,9 +265,7 @@ void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
 
 template <class T>
 void PrivateTrainerT<T>::make_plan(std::size_t n) {
-  // adaptive clipping noises one more coordinate per step, the count (its grid draws are charged)
-  plan_ = RunPlan::make(plan_settings(config_, *strategy_), n,
-                        model_.parameter_count() + (config_.adaptive_clipping ? 1 : 0));
+  plan_ = plan_run(config_, n, model_.parameter_count());
   sampler_ = plan_.make_sampler();
 }
 
@@ -955,6 +961,8 @@ template class PrivateTrainerT<float>;
 template class PrivateTrainerT<double>;
 template void check_training_config(const PrivateTrainingConfigT<float>&, double);
 template void check_training_config(const PrivateTrainingConfigT<double>&, double);
+template RunPlan plan_run(const PrivateTrainingConfigT<float>&, std::size_t, std::size_t);
+template RunPlan plan_run(const PrivateTrainingConfigT<double>&, std::size_t, std::size_t);
 template ReleaseBeforeTrainingT<float> private_feature_mean(std::size_t, double, double,
                                                             std::function<ArrayT<float>(const BatchT<float>&)>,
                                                             std::function<void(const ArrayT<float>&)>);

@@ -138,6 +138,12 @@ using PrivateTrainingConfig = PrivateTrainingConfigT<float>;
 template <class T>
 void check_training_config(const PrivateTrainingConfigT<T>& config, double lr);
 
+/// The plan a PrivateTrainerT built from `config` makes for `dataset_size`
+/// records and a model of `parameters` values, before any data is read (a
+/// search plans its trials with it: optim/run/tune.hpp).
+template <class T>
+RunPlan plan_run(const PrivateTrainingConfigT<T>& config, std::size_t dataset_size, std::size_t parameters);
+
 /// What evaluate() measures on a data set: the loss, and the metrics that fit
 /// the model's loss (ModelT::loss_name): "accuracy" for cross-entropy (the
 /// share of examples whose largest output is their label); "accuracy@0.5"

@@ -1,0 +1,156 @@
+// Private hyperparameter search (optim/run/tune.hpp, docs/tuning.md): the plan
+// calibrates the trials' noise to the search's target, the refusals, a search
+// that releases only its best trial, and an interrupted search that resumes
+// without running a trial twice or dropping one.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "engine/random.hpp"
+#include "layers/models.hpp"
+#include "optim/checkpoint/checkpoint.hpp"
+#include "optim/clipping/clip_spec.hpp"
+#include "optim/run/tune.hpp"
+#include "support/batches.hpp"
+#include "support/key_store.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace dpgrad;
+
+namespace {
+
+SearchConfigT<double> search_config(const std::filesystem::path& dir) {
+  SearchConfigT<double> c;
+  c.trial.delta = 1e-4;
+  c.space.lr = {0.05, 0.5};
+  c.space.clip_norm = {0.3, 3};
+  c.space.batch_sizes = {50, 100};
+  c.space.epochs = {1, 2};
+  c.trials = privacy::TrialCount::parse("tnb:1,0.34");
+  c.target_epsilon = 4;
+  c.delta = 1e-4;
+  c.score_noise = 0.1;  // a noise std of 10 records in 100: the scores of small sets are costly
+  c.dir = dir;
+  c.reproducible = true;
+  c.seed = 3;
+  return c;
+}
+
+/// Counts the models it builds; throws on the `fail_at`-th (0: never).
+struct Factory {
+  int built = 0, fail_at = 0;
+  TrialFactoryT<double> fn() {
+    return [this](const TrialSettings& s) {
+      if (++built == fail_at) throw std::runtime_error("interrupted");
+      FastRng init(s.init_seed);
+      TrialModelT<double> m;
+      m.model = make_mlp<double>({8, 3}, Activation::relu, init);
+      m.optimizer = std::make_unique<SgdT<double>>(m.model->parameters(), s.lr);
+      return m;
+    };
+  }
+};
+
+nlohmann::json saved_state(const std::filesystem::path& dir) { return CheckpointDir(dir / "search").read_extra(); }
+
+}  // namespace
+
+TEST_CASE("tune: the plan calibrates the trials' noise so that the whole search just meets its target") {
+  test::TempDir dir("dpgrad-tune");
+  SearchConfigT<double> c = search_config(dir.path);
+  const SearchPlan p = plan_search(c, 1000, 27);
+  CHECK(p.validation_records == 100);
+  CHECK(p.train_records == 900);
+  CHECK(p.epsilon <= 4);
+  CHECK(p.epsilon > 3.99);
+  CHECK(p.max_trials >= 1);
+  CHECK(p.cap_tail * (1 + std::exp(p.epsilon)) <= 1e-4);
+  CHECK(p.score_noise_multiplier == doctest::Approx(10.0));  // 0.1 x 100 records
+  // a larger target needs less noise; more trials need more
+  c.target_epsilon = 8;
+  CHECK(plan_search(c, 1000, 27).noise_multiplier < p.noise_multiplier);
+  c.target_epsilon = 4;
+  c.trials = privacy::TrialCount::parse("tnb:1,0.05");
+  CHECK(plan_search(c, 1000, 27).noise_multiplier > p.noise_multiplier);
+  // Poisson numbers of trials (Theorem 6) calibrate the same way
+  c.trials = privacy::TrialCount::parse("poisson:3");
+  const SearchPlan q = plan_search(c, 1000, 27);
+  CHECK(q.epsilon <= 4);
+  CHECK(q.epsilon > 3.99);
+}
+
+TEST_CASE("tune: settings the search cannot analyse or reach are refused before any data is read") {
+  test::TempDir dir("dpgrad-tune");
+  auto refused = [&](auto edit, const std::string& words) {
+    SearchConfigT<double> c = search_config(dir.path);
+    edit(c);
+    try {
+      plan_search(c, 1000, 27);
+      FAIL("accepted: " << words);
+    } catch (const std::invalid_argument& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(words) != std::string::npos, e.what());
+    }
+  };
+  refused([](auto& c) { c.trial.clipping = make_clip_strategy<double>(parse_clip_spec("jl:4"), 100); }, "jl:K");
+  refused([](auto& c) { c.trial.target_epsilon = 1; }, "calibrates");
+  refused([](auto& c) { c.trial.sampling = Sampling::shuffle; }, "Poisson");
+  refused([](auto& c) { c.target_epsilon = 0.01; c.score_noise = 0.001; }, "out of reach");
+  refused([](auto& c) { c.space.lr = {0.5, 0.05}; }, "lr");
+  refused([](auto& c) { c.space.batch_sizes = {}; }, "batch sizes");
+  refused([](auto& c) { c.validation_fraction = 0.9; }, "validation_fraction");
+  refused([](auto& c) { c.target_epsilon = NAN; }, "target epsilon");
+}
+
+TEST_CASE("tune: a search releases its best trial; an interrupted one resumes without rerunning or dropping a trial") {
+  test::KeyStoreForTests keys;
+  test::TempDir dir("dpgrad-tune");
+  const BatchT<double> data = test::three_class_records(600, 8, 21);
+  SearchConfigT<double> c = search_config(dir.path);
+  c.trials = privacy::TrialCount::parse("poisson:4");
+
+  // the whole search in one go, in a directory of its own
+  test::TempDir whole_dir("dpgrad-tune");
+  SearchConfigT<double> w = c;
+  w.dir = whole_dir.path;
+  Factory plain;
+  const SearchResultT<double> whole = tune(plain.fn(), data, w);
+  const nlohmann::json whole_state = saved_state(whole_dir.path);
+  const long k = long(whole_state["settings"].size());
+  REQUIRE(k >= 2);  // seed 3 draws enough trials to interrupt one
+  CHECK(plain.built == 1 + k);  // the probe, then one model a trial
+  CHECK(whole_state["scores"].size() == std::size_t(k));
+  REQUIRE(whole.released);
+  CHECK(whole.model);
+  double best = -INFINITY;
+  for (const auto& s : whole_state["scores"]) best = std::max(best, s.get<double>());
+  CHECK(whole.score == best);
+  CHECK(whole.score > 0.5);  // the records' rule is easy: the best noised accuracy is well above a third
+  CHECK(whole.plan.epsilon <= 4);
+  CHECK(whole.privacy_statement().find("epsilon " + privacy::format_epsilon(whole.plan.epsilon) + " (delta 0.0001") == 0);
+
+  // the same search, stopped while building its second trial's model
+  Factory failing;
+  failing.fail_at = 3;  // the probe, trial 1, then trial 2's model
+  CHECK_THROWS_WITH_AS(tune(failing.fn(), data, c), "interrupted", std::runtime_error);
+  const nlohmann::json part = saved_state(dir.path);
+  CHECK(part["scores"].size() == 1);
+  CHECK(part["settings"] == whole_state["settings"]);  // the same draws (reproducible seed)
+  // starting afresh in that directory is refused; resuming runs trials 2..K only
+  CHECK_THROWS_AS(tune(plain.fn(), data, c), std::invalid_argument);
+  c.resume = true;
+  Factory resumed;
+  const SearchResultT<double> after = tune(resumed.fn(), data, c);
+  const nlohmann::json done = saved_state(dir.path);
+  CHECK(done["scores"].size() == std::size_t(k));
+  CHECK(done["scores"][0] == part["scores"][0]);  // trial 1 kept its released score
+  CHECK(done["scores"] == whole_state["scores"]);  // and the rest are the trials of the search in one go
+  CHECK(resumed.built == 1 + (k - 1) + (done["best"] == 0 ? 1 : 0));  // + rebuilding a best trial from session one
+  REQUIRE(after.released);
+  CHECK(after.model);
+  // a resumed search keeps its settings
+  SearchConfigT<double> other = c;
+  other.score_noise = 0.02;
+  CHECK_THROWS_AS(tune(resumed.fn(), data, other), std::invalid_argument);
+}
