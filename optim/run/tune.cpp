@@ -375,7 +375,7 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
     double shown = seconds();
     if (progress)
       hooks.progress = [&](long, long) {
-        if (seconds() - shown >= 1) progress(shown = seconds());
+        if (seconds() - shown >= 5) progress(shown = seconds());
       };
     try {
       trainer.train(hooks);
@@ -417,8 +417,7 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
     }
     state["scores"] = scores;
     state["best"] = best;
-    CheckpointDir(state_dir).save(long(i) + 1, nothing, state, *key);
-    if (progress) progress(seconds());
+    CheckpointDir(state_dir).save(long(i) + 1, nothing, state, *key);  // no progress call here: it would count trials
   }
 
   // ---- the release: the best trial (rebuilt from its checkpoint when an earlier session ran it)

@@ -119,6 +119,7 @@ struct SearchResultT {
   /// "epsilon 2.9999 (delta 1e-05, private selection over a truncated negative binomial number of trials ...)".
   std::string privacy_statement() const;
 };
+using SearchResult = SearchResultT<float>;
 
 /// Plans a search on `records` records for models of `parameters` values:
 /// calibrates the trials' noise multiplier for config.target_epsilon (the

@@ -17,6 +17,7 @@
 
 #include "data/idx.hpp"
 #include "privacy/accountant.hpp"
+#include "support/key_store.hpp"
 #include "support/programs.hpp"
 #include "support/temp_dir.hpp"
 
@@ -29,7 +30,7 @@ using dpgrad::test::run_shell;
 namespace {
 
 const std::string train = DPGRAD_TRAIN, account = DPGRAD_ACCOUNT, audit = DPGRAD_AUDIT, logreg = DPGRAD_LOGREG,
-                  bench = DPGRAD_BENCH, pate = DPGRAD_PATE;
+                  bench = DPGRAD_BENCH, pate = DPGRAD_PATE, tune = DPGRAD_TUNE;
 
 /// A short non-private run on synthetic images, with more arguments.
 std::vector<std::string> quick_train(std::vector<std::string> more) {
@@ -127,6 +128,7 @@ TEST_CASE("dpgrad-train --plot and dpgrad-bench --markdown: a path that is not a
 }
 
 TEST_CASE("every program: output that cannot be written is an error, and a closed stdout is refused at once") {
+  dpgrad::test::KeyStoreForTests keys;  // dpgrad-tune's search keys
   const std::vector<std::string> commands = {
       account + " --dataset-size 60000 --batch-size 256 --noise-multiplier 1.1 --epochs 1 --delta 1e-5 --json",
       train + " --dataset synthetic --model logreg --optimizer dp-sgd --noise-multiplier 1 --max-steps 2 --json",
@@ -135,6 +137,8 @@ TEST_CASE("every program: output that cannot be written is an error, and a close
       pate + " --dataset synthetic --teachers 4 --pool 100 --queries 20 --teacher-model logreg --student-model logreg "
              "--teacher-epochs 1 --student-epochs 1 --threshold 2 --sigma1 1 --sigma 2 --json",
       bench + " --model mlp --batch 8 --steps 1 --warmup 1 --methods none --threads 1 --json",
+      tune + " --dataset synthetic --model logreg --target-epsilon 8 --score-noise 0.1 --trials poisson:1 --epochs 1 "
+             "--batch-size 128 --reproducible-noise --seed 2 --search-dir \"$(mktemp -d)/s\" --json",
   };
   for (const auto& cmd : commands) {
     CAPTURE(cmd);
@@ -178,6 +182,7 @@ TEST_CASE("every program refuses an empty number, never reading it as 0") {
       {bench, "--memory-limit-gb", "", "--max-batch"},
       {pate, "--student-lr", ""},
       {pate, "--pseudo-confidence="},
+      {tune, "--score-noise", "", "--target-epsilon", "1", "--search-dir", "x"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.back());

@@ -1,0 +1,227 @@
+// dpgrad-tune: private hyperparameter search over a bundled model
+// (docs/tuning.md). Options in, the library's tune() run, the best trial out:
+// its settings, its noised validation score, the search's epsilon, and the
+// released model's accuracy on the test split. The number of trials and the
+// other trials' scores are never shown: the search's bound needs them secret.
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "data/datasets.hpp"
+#include "engine/blas.hpp"
+#include "engine/check.hpp"
+#include "engine/random.hpp"
+#include "engine/runtime.hpp"
+#include "layers/models.hpp"
+#include "layers/registry.hpp"
+#include "optim/clipping/clip_spec.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/run/tune.hpp"
+#include "programs/cli.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "onnx/onnx.hpp"
+#endif
+
+using namespace dpgrad;
+using json = nlohmann::json;
+
+namespace {
+
+struct Options {
+  std::string dataset = "fashion-mnist", model = "cnn26k", optimizer = "sgd", strategy = "ghost", activation = "relu";
+  std::string trials = "tnb:1,0.2", lr = "0.5:4", clip_norm = "0.1:10", clip_quantile, search_dir, export_onnx;
+  std::vector<std::size_t> batch_sizes{2048, 4096};
+  std::vector<double> epochs{5, 10};
+  std::optional<double> delta;
+  double target_epsilon = 0, momentum = 0, validation_fraction = 0.1, score_noise = 0.01;
+  std::vector<double> normalize;
+  std::size_t physical_batch = 0, train_limit = 0, test_limit = 0;
+  std::uint64_t seed = 0;
+  int threads = 0;
+  bool resume = false, reproducible = false, json_out = false;
+};
+
+/// "LO:HI" or one value (a fixed setting).
+std::pair<double, double> parse_range(const std::string& text, const char* flag) {
+  const auto colon = text.find(':');
+  const std::string lo = text.substr(0, colon), hi = colon == std::string::npos ? lo : text.substr(colon + 1);
+  for (const std::string& part : {lo, hi})
+    require(real_number_problem(part).empty(),
+            std::string("--") + flag + " '" + text + "': expected LO:HI or one number (" + real_number_problem(part) + ")");
+  return {std::stod(lo), std::stod(hi)};
+}
+
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  CLI::App app{"dpgrad-tune: private hyperparameter search; only the best trial is released, and the epsilon covers "
+               "the whole search (docs/tuning.md)"};
+  name_cli_errors(app, "dpgrad-tune");
+  app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, "
+                 "synthetic-text")->capture_default_str();
+  app.add_option("--model", o.model, "one of:\n" + model_help())->capture_default_str();
+  app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "the trials' base optimizer: sgd, adam, ...")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "sgd's momentum")->capture_default_str();
+  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, microbatch:M (exact norms; not jl:K)")
+      ->capture_default_str();
+  app.add_option("--target-epsilon", o.target_epsilon, "epsilon of the whole search (required)")->required();
+  app.add_option("--delta", o.delta, "default: the largest power of ten with delta N <= 0.6");
+  app.add_option("--trials", o.trials, "how many trials, a secret random number: tnb:ETA,GAMMA (truncated negative "
+                 "binomial; tnb:1,G is geometric with mean 1/G) or poisson:MU")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rates, LO:HI (log-uniform) or one value")->capture_default_str();
+  app.add_option("--clip-norm", o.clip_norm, "clip norms C, LO:HI (log-uniform) or one value")->capture_default_str();
+  app.add_option("--clip-quantile", o.clip_quantile, "adaptive clipping: quantiles LO:HI (uniform) or one value; "
+                 "--clip-norm is then the first step's C");
+  app.add_option("--batch-size", o.batch_sizes, "expected batch sizes to draw from, e.g. 1024,4096")->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epoch counts to draw from, e.g. 5,10")->delimiter(',')->capture_default_str();
+  app.add_option("--physical-batch-size", o.physical_batch, "clip in chunks of at most this many examples (memory)");
+  app.add_option("--validation-fraction", o.validation_fraction, "share of the training records held out to score "
+                 "the trials")->capture_default_str();
+  app.add_option("--score-noise", o.score_noise, "noise std of each trial's released validation accuracy")
+      ->capture_default_str();
+  app.add_option("--normalize", o.normalize, "MEAN,STD: feed (x - MEAN) / STD, constants fixed in advance")
+      ->delimiter(',')->expected(2);
+  app.add_option("--train-limit", o.train_limit, "only the first this many training records (0: all)");
+  app.add_option("--test-limit", o.test_limit, "only the first this many test records (0: all)");
+  app.add_option("--search-dir", o.search_dir, "where the search keeps its state and its trials' checkpoints, as "
+                 "secret as the data (required)")->required();
+  app.add_flag("--resume", o.resume, "continue the search in --search-dir");
+  app.add_option("--export-onnx", o.export_onnx, "write the best trial's model to this ONNX file");
+  app.add_option("--seed", o.seed, "seed of the synthetic data (and of everything with --reproducible-noise)");
+  app.add_flag("--reproducible-noise", o.reproducible, "seeded trial count, settings and noise: NOT private");
+  app.add_option("--threads", o.threads, "threads (0: all cores)");
+  app.add_flag("--json", o.json_out, "one JSON object on stdout");
+  return parse_arguments(app, argc, argv);
+}
+
+int run(const Options& o) {
+  auto say = [&](const std::string& s) {
+    fmt::print(o.json_out ? stderr : stdout, "{}\n", s);
+    std::fflush(o.json_out ? stderr : stdout);
+  };
+  if (o.threads > 0) blas::set_threads(o.threads);
+  // ---- everything that needs no data
+  const ModelEntry& entry = find_model(o.model);
+  data::DatasetOptions dopt;
+  dopt.seed = o.seed;
+  dopt.train_limit = o.train_limit;
+  dopt.test_limit = o.test_limit;
+  if (o.normalize.size() == 2) dopt.normalize = std::pair(o.normalize[0], o.normalize[1]);
+  data::check_dataset_options(dopt);
+  check_optimizer_spec(OptimizerSpec{o.optimizer, 0.1, o.momentum, 0});
+  SearchConfig c;
+  c.trials = privacy::TrialCount::parse(o.trials);
+  c.space.lr = parse_range(o.lr, "lr");
+  c.space.clip_norm = parse_range(o.clip_norm, "clip-norm");
+  if (!o.clip_quantile.empty()) c.space.clip_quantile = parse_range(o.clip_quantile, "clip-quantile");
+  c.space.batch_sizes = o.batch_sizes;
+  c.space.epochs = o.epochs;
+  c.space.check();
+  c.target_epsilon = o.target_epsilon;
+  c.delta = o.delta;
+  c.validation_fraction = o.validation_fraction;
+  c.score_noise = o.score_noise;
+  c.dir = o.search_dir;
+  c.resume = o.resume;
+  c.reproducible = o.reproducible;
+  c.seed = o.seed;
+  c.trial.physical_batch_size = o.physical_batch;
+  c.trial.clipping = make_clip_strategy<float>(parse_clip_spec(o.strategy), double(o.batch_sizes.front()));
+  if (!o.export_onnx.empty()) {
+#if DPGRAD_HAVE_ONNX
+    require_output_file(o.export_onnx, "--export-onnx");
+#else
+    throw std::invalid_argument("--export-onnx: this dpgrad was built without ONNX (-Donnx)");
+#endif
+  }
+  // ---- data and the trials' factory
+  data::DataSplit d = data::load_dataset(o.dataset, dopt);
+  require(d.tokens == (entry.input == ModelInput::tokens),
+          o.model + (d.tokens ? " reads images, and " + o.dataset + " is text" : " reads text, and " + o.dataset + " holds images"));
+  if (entry.input == ModelInput::scattering) {  // fixed and data-independent: computed once, no privacy cost
+    d.train.inputs = scattering_inputs(d.train.inputs);
+    d.test.inputs = scattering_inputs(d.test.inputs);
+  }
+  ModelSpec spec;
+  spec.classes = d.classes;
+  spec.features = d.tokens ? 0 : d.train.inputs.size() / d.train.examples();
+  spec.length = d.tokens ? d.train.tokens.shape()[1] : 0;
+  spec.activation = parse_activation(o.activation);
+  const TrialFactoryT<float> factory = [&](const TrialSettings& s) {
+    FastRng init(s.init_seed);
+    TrialModelT<float> m;
+    m.model = build_model<float>(o.model, spec, init);
+    m.optimizer = make_optimizer<float>(OptimizerSpec{o.optimizer, s.lr, o.momentum, 0}, m.model->parameters());
+    return m;
+  };
+  say(fmt::format("dpgrad-tune: {} on {}, {} trials (the count stays secret), target epsilon {}", o.model,
+                  d.description, c.trials.describe(), o.target_epsilon));
+  say("searching; only the time is shown while it runs...");
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r = tune<float>(factory, d.train, c, [&](double seconds) {
+    if (!o.json_out) fmt::print(stderr, "\r  {:.0f} s", seconds);
+  });
+  if (!o.json_out) fmt::print(stderr, "\n");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  json out = {{"model", o.model}, {"dataset", d.description}, {"trials", c.trials.to_json()},
+              {"search", r.plan.to_json()}, {"released", r.released}, {"seconds", seconds},
+              {"epsilon", r.plan.epsilon}, {"delta", r.plan.delta}, {"private", !o.reproducible}};
+  if (o.reproducible) out["privacy_note"] = kNotPrivateReproducible;
+  std::string test_line;
+  if (r.released) {
+    out["best"] = r.best.to_json();
+    out["validation_score"] = r.score;
+    // the test split is not the private training data: evaluating the released model on it costs nothing
+    PrivateTrainingConfig eval;
+    eval.non_private = true;
+    auto opt = make_optimizer<float>(OptimizerSpec{o.optimizer, r.best.lr, o.momentum, 0}, r.model->parameters());
+    PrivateTrainer evaluator(*r.model, *opt, d.test, eval);
+    const Evaluation e = evaluator.evaluate(d.test);
+    out["test"] = {{"loss", e.loss}, {"accuracy", e.accuracy}};
+    test_line = fmt::format("test accuracy {:.2f}% (loss {:.4f}) on {} test records", 100 * e.accuracy, e.loss, e.examples);
+#if DPGRAD_HAVE_ONNX
+    if (!o.export_onnx.empty()) {
+      onnx::save(*r.model, o.export_onnx);
+      out["exported"] = o.export_onnx;
+    }
+#endif
+  }
+  if (o.json_out) {
+    fmt::print("{}\n", out.dump());
+    return 0;
+  }
+  say(fmt::format("trials' noise multiplier {:.4g}, the score's {:.4g}; at most {} trials (P[more] {:.2g} is charged to "
+                  "delta)", r.plan.noise_multiplier, r.plan.score_noise_multiplier, r.plan.max_trials, r.plan.cap_tail));
+  if (!r.released) {
+    say("the search drew no trials: nothing is released (" + r.privacy_statement() + ")");
+    return 0;
+  }
+  say("best trial: " + r.best.describe());
+  say(fmt::format("its noised validation accuracy {:.2f}%", 100 * r.score));
+  say(test_line);
+  if (!o.export_onnx.empty()) say("its model written to " + o.export_onnx);
+  say("privacy of the whole search: " + r.privacy_statement() +
+      (o.reproducible ? std::string(" (") + kNotPrivateReproducible + ")" : std::string()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const auto closed = refuse_closed_standard_output("dpgrad-tune")) return *closed;
+  keep_freed_memory();
+  Options o;
+  try {
+    if (const auto code = parse(argc, argv, o)) return *code;
+    return finish_standard_output("dpgrad-tune", run(o));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dpgrad-tune: error: {}\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,89 @@
+// dpgrad-tune as a user runs it (docs/tuning.md): a search on synthetic data
+// releases its best trial with the search's epsilon and nothing that counts the
+// trials; bad settings are refused before any data is read or any state written;
+// a search resumes and a finished one releases the same best trial again.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/key_store.hpp"
+#include "support/programs.hpp"
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+using dpgrad::test::last_json;
+using dpgrad::test::Run;
+using dpgrad::test::run_argv;
+
+namespace {
+
+const std::string tune = DPGRAD_TUNE;
+
+std::vector<std::string> search(const std::string& dir, std::vector<std::string> more) {
+  std::vector<std::string> a{tune, "--dataset", "synthetic", "--model", "logreg", "--target-epsilon", "6",
+                             "--score-noise", "0.05", "--trials", "tnb:1,0.4", "--epochs", "1,2", "--batch-size",
+                             "128,256", "--lr", "0.05:0.5", "--clip-norm", "0.3:3", "--search-dir", dir,
+                             "--reproducible-noise", "--seed", "4"};
+  for (std::size_t i = 0; i < more.size(); ++i) {  // a flag given again replaces the default's value
+    const auto at = std::find(a.begin(), a.end(), more[i]);
+    if (at != a.end() && i + 1 < more.size() && more[i] != "--resume" && more[i] != "--json") *(at + 1) = more[++i];
+    else a.push_back(more[i]);
+  }
+  return a;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("dpgrad-tune: a search releases one best trial and the search's epsilon, and nothing that counts the trials") {
+  dpgrad::test::KeyStoreForTests keys;
+  dpgrad::test::TempDir dir("dpgrad-tune");
+  const Run r = run_argv(search(dir / "s", {"--json"}));
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  const nlohmann::json j = last_json(r.out);
+  CHECK(j["released"] == true);
+  CHECK(j["epsilon"].get<double>() <= 6);
+  CHECK(j["epsilon"].get<double>() > 5.9);
+  CHECK(j["best"]["batch_size"].get<int>() % 128 == 0);
+  CHECK(j.contains("validation_score"));
+  CHECK(j["test"]["accuracy"].get<double>() >= 0);
+  CHECK(j["private"] == false);  // --reproducible-noise
+  for (const char* secret : {"\"scores\"", "trial-0", "\"k\"", "trials run", "\"settings\""}) CHECK_FALSE(contains(r.out, secret));
+  // the text report: the best trial and the privacy statement; resuming the finished search releases the same
+  const Run text = run_argv(search(dir / "s", {"--resume"}));
+  REQUIRE_MESSAGE(text.status == 0, text.out);
+  CHECK(contains(text.out, "best trial: lr "));
+  CHECK(contains(text.out, "privacy of the whole search: epsilon "));
+  CHECK(contains(text.out, "not private: the noise can be recomputed"));
+  const Run again = run_argv(search(dir / "s", {"--resume", "--json"}));
+  CHECK(last_json(again.out)["best"] == j["best"]);
+  CHECK(last_json(again.out)["validation_score"] == j["validation_score"]);
+}
+
+TEST_CASE("dpgrad-tune: bad settings are refused before any data is read or any state is written") {
+  dpgrad::test::KeyStoreForTests keys;
+  dpgrad::test::TempDir dir("dpgrad-tune");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--trials", "tnb:1"}, "tnb:ETA,GAMMA"},
+      {{"--trials", "poisson:-2"}, "mu"},
+      {{"--lr", "1:0.1"}, "lr"},
+      {{"--lr", "0x1"}, "--lr"},
+      {{"--clip-strategy", "jl:4"}, "jl:K"},
+      {{"--target-epsilon", "0.01"}, "out of reach"},
+      {{"--validation-fraction", "0.9"}, "validation_fraction"},
+      {{"--resume"}, "no search"},
+      {{"--epochs", "0"}, "epochs"},
+  };
+  for (const auto& [more, words] : cases) {
+    CAPTURE(more.front());
+    const Run r = run_argv(search(dir / "s", more));
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(contains(r.out, words), r.out);
+    CHECK_FALSE(fs::exists(dir.path / "s" / "search" / "latest"));
+  }
+}
