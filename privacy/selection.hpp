@@ -22,6 +22,7 @@ namespace dpgrad::privacy {
 
 /// The distribution of the number of trials K.
 struct TrialCount {
+  /// Which of the two distributions the paper analyses.
   enum class Kind { negative_binomial, poisson };
   Kind kind = Kind::negative_binomial;
   /// Truncated negative binomial D_{eta, gamma} on {1, 2, ...}: eta > -1, 0 < gamma < 1

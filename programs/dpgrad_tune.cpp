@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -24,81 +23,16 @@
 #include "optim/optimizer.hpp"
 #include "optim/run/tune.hpp"
 #include "programs/cli.hpp"
+#include "programs/tune/options.hpp"
 #if DPGRAD_HAVE_ONNX
 #include "onnx/onnx.hpp"
 #endif
 
 using namespace dpgrad;
+using namespace dpgrad::tune_cli;
 using json = nlohmann::json;
 
 namespace {
-
-struct Options {
-  std::string dataset = "fashion-mnist", model = "cnn26k", optimizer = "sgd", strategy = "ghost", activation = "relu";
-  std::string trials = "tnb:1,0.2", lr = "0.5:4", clip_norm = "0.1:10", clip_quantile, search_dir, export_onnx;
-  std::vector<std::size_t> batch_sizes{2048, 4096};
-  std::vector<double> epochs{5, 10};
-  std::optional<double> delta;
-  double target_epsilon = 0, momentum = 0, validation_fraction = 0.1, score_noise = 0.01;
-  std::vector<double> normalize;
-  std::size_t physical_batch = 0, train_limit = 0, test_limit = 0;
-  std::uint64_t seed = 0;
-  int threads = 0;
-  bool resume = false, reproducible = false, json_out = false;
-};
-
-/// "LO:HI" or one value (a fixed setting).
-std::pair<double, double> parse_range(const std::string& text, const char* flag) {
-  const auto colon = text.find(':');
-  const std::string lo = text.substr(0, colon), hi = colon == std::string::npos ? lo : text.substr(colon + 1);
-  for (const std::string& part : {lo, hi})
-    require(real_number_problem(part).empty(),
-            std::string("--") + flag + " '" + text + "': expected LO:HI or one number (" + real_number_problem(part) + ")");
-  return {std::stod(lo), std::stod(hi)};
-}
-
-std::optional<int> parse(int argc, char** argv, Options& o) {
-  CLI::App app{"dpgrad-tune: private hyperparameter search; only the best trial is released, and the epsilon covers "
-               "the whole search (docs/tuning.md)"};
-  name_cli_errors(app, "dpgrad-tune");
-  app.add_option("--dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, "
-                 "synthetic-text")->capture_default_str();
-  app.add_option("--model", o.model, "one of:\n" + model_help())->capture_default_str();
-  app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "the trials' base optimizer: sgd, adam, ...")->capture_default_str();
-  app.add_option("--momentum", o.momentum, "sgd's momentum")->capture_default_str();
-  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, microbatch:M (exact norms; not jl:K)")
-      ->capture_default_str();
-  app.add_option("--target-epsilon", o.target_epsilon, "epsilon of the whole search (required)")->required();
-  app.add_option("--delta", o.delta, "default: the largest power of ten with delta N <= 0.6");
-  app.add_option("--trials", o.trials, "how many trials, a secret random number: tnb:ETA,GAMMA (truncated negative "
-                 "binomial; tnb:1,G is geometric with mean 1/G) or poisson:MU")->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rates, LO:HI (log-uniform) or one value")->capture_default_str();
-  app.add_option("--clip-norm", o.clip_norm, "clip norms C, LO:HI (log-uniform) or one value")->capture_default_str();
-  app.add_option("--clip-quantile", o.clip_quantile, "adaptive clipping: quantiles LO:HI (uniform) or one value; "
-                 "--clip-norm is then the first step's C");
-  app.add_option("--batch-size", o.batch_sizes, "expected batch sizes to draw from, e.g. 1024,4096")->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "epoch counts to draw from, e.g. 5,10")->delimiter(',')->capture_default_str();
-  app.add_option("--physical-batch-size", o.physical_batch, "clip in chunks of at most this many examples (memory)");
-  app.add_option("--validation-fraction", o.validation_fraction, "share of the training records held out to score "
-                 "the trials")->capture_default_str();
-  app.add_option("--score-noise", o.score_noise, "noise std of each trial's released validation accuracy")
-      ->capture_default_str();
-  app.add_option("--normalize", o.normalize, "MEAN,STD: feed (x - MEAN) / STD, constants fixed in advance")
-      ->delimiter(',')->expected(2);
-  app.add_option("--train-limit", o.train_limit, "only the first this many training records (0: all)");
-  app.add_option("--test-limit", o.test_limit, "only the first this many test records (0: all)");
-  app.add_option("--search-dir", o.search_dir, "where the search keeps its state and its trials' checkpoints, as "
-                 "secret as the data (required)")->required();
-  app.add_flag("--resume", o.resume, "continue the search in --search-dir");
-  app.add_option("--export-onnx", o.export_onnx, "write the best trial's model to this ONNX file");
-  app.add_option("--seed", o.seed, "seed of the synthetic data (and of everything with --reproducible-noise)");
-  app.add_flag("--reproducible-noise", o.reproducible, "seeded trial count, settings and noise: NOT private");
-  app.add_option("--threads", o.threads, "threads (0: all cores)");
-  app.add_flag("--json", o.json_out, "one JSON object on stdout");
-  return parse_arguments(app, argc, argv);
-}
 
 int run(const Options& o) {
   auto say = [&](const std::string& s) {
@@ -218,7 +152,7 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   Options o;
   try {
-    if (const auto code = parse(argc, argv, o)) return *code;
+    if (const auto code = parse_tune_options(argc, argv, o)) return *code;
     return finish_standard_output("dpgrad-tune", run(o));
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpgrad-tune: error: {}\n", e.what());

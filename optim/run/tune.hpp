@@ -41,9 +41,9 @@ struct SearchSpace {
 
 /// One trial's settings.
 struct TrialSettings {
-  double lr = 0, clip_norm = 0;
-  std::optional<double> clip_quantile;
-  std::size_t batch_size = 0;
+  double lr = 0, clip_norm = 0;         // the base optimizer's learning rate; C (the first step's, when adaptive)
+  std::optional<double> clip_quantile;  // set: adaptive clipping at this quantile
+  std::size_t batch_size = 0;           // expected (Poisson) batch size
   double epochs = 0;
   /// The seed the factory initialises the trial's model from (drawn with the
   /// settings): a resumed trial must start from the same parameters.
@@ -90,8 +90,8 @@ using SearchConfig = SearchConfigT<float>;
 /// same settings must give the same model). The factory must not read the data.
 template <class T>
 struct TrialModelT {
-  std::unique_ptr<ModelT<T>> model;
-  std::unique_ptr<OptimizerT<T>> optimizer;
+  std::unique_ptr<ModelT<T>> model;          // initialised from the settings' init_seed
+  std::unique_ptr<OptimizerT<T>> optimizer;  // over the model's parameters, at the settings' lr
 };
 template <class T>
 using TrialFactoryT = std::function<TrialModelT<T>(const TrialSettings&)>;
@@ -111,8 +111,8 @@ struct SearchPlan {
 /// What the search releases: the best trial (none when K was 0).
 template <class T>
 struct SearchResultT {
-  bool released = false;
-  TrialSettings best;
+  bool released = false;         // false: K was 0, nothing released
+  TrialSettings best;            // the best trial's settings
   double score = 0;              // the best trial's noised score
   std::unique_ptr<ModelT<T>> model;  // the best trial's trained model
   SearchPlan plan;
