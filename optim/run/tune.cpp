@@ -292,11 +292,15 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
   const nlohmann::json identity = search_identity(c, plan);
 
   // ---- the search's state: new (K, the split and every trial's settings drawn now) or resumed
+  auto has_search = [&] { return std::filesystem::is_directory(state_dir) && CheckpointDir(state_dir).has_checkpoint(); };
+  auto check_state = [&] {
+    require(c.resume || !has_search(), "the search directory " + c.dir.string() + " already holds a search: resume it, "
+                                       "or choose another directory");
+    require(!c.resume || has_search(), "no search in " + c.dir.string() + " to resume");
+  };
+  check_state();  // before the lock creates anything
   CheckpointLock lock(state_dir);
-  const bool has = CheckpointDir(state_dir).has_checkpoint();
-  require(c.resume || !has, "the search directory " + c.dir.string() + " already holds a search: resume it, or choose "
-                                "another directory");
-  require(!c.resume || has, "no search in " + c.dir.string() + " to resume");
+  check_state();  // and again under it
   std::unique_ptr<RunKey> key;
   nlohmann::json state;
   TrainingStateT<T> nothing;

@@ -84,6 +84,6 @@ TEST_CASE("dpgrad-tune: bad settings are refused before any data is read or any 
     const Run r = run_argv(search(dir / "s", more));
     CHECK(r.status == 2);
     CHECK_MESSAGE(contains(r.out, words), r.out);
-    CHECK_FALSE(fs::exists(dir.path / "s" / "search" / "latest"));
+    CHECK_FALSE(fs::exists(dir.path / "s"));
   }
 }
