@@ -53,6 +53,32 @@ struct Factory {
   }
 };
 
+/// Plain SGD that throws once `fail_after` more updates are asked of it (-1: never): a process killed mid-trial.
+struct FlakySgd final : OptimizerT<double> {
+  static inline long fail_after = -1;
+  FlakySgd(std::vector<TensorT<double>> p, double lr) : OptimizerT<double>(std::move(p), lr) {}
+  std::string name() const override { return "flaky-sgd"; }
+
+ protected:
+  void update(std::size_t i, TensorT<double>& p, const ArrayT<double>& g) override {
+    if (fail_after == 0 && i == 0) throw std::runtime_error("killed mid-trial");
+    if (fail_after > 0 && i == 0) --fail_after;
+    double* w = p.mutable_value().data();
+    for (std::size_t k = 0; k < g.size(); ++k) w[k] -= lr_of(i) * g.data()[k];
+  }
+};
+
+TrialFactoryT<double> flaky_factory(int& built) {
+  return [&built](const TrialSettings& s) {
+    ++built;
+    FastRng init(s.init_seed);
+    TrialModelT<double> m;
+    m.model = make_mlp<double>({8, 3}, Activation::relu, init);
+    m.optimizer = std::make_unique<FlakySgd>(m.model->parameters(), s.lr);
+    return m;
+  };
+}
+
 nlohmann::json saved_state(const std::filesystem::path& dir) { return CheckpointDir(dir / "search").read_extra(); }
 
 }  // namespace
@@ -153,4 +179,33 @@ TEST_CASE("tune: a search releases its best trial; an interrupted one resumes wi
   SearchConfigT<double> other = c;
   other.score_noise = 0.02;
   CHECK_THROWS_AS(tune(resumed.fn(), data, other), std::invalid_argument);
+}
+
+TEST_CASE("tune: a search killed in the middle of a trial resumes that trial from its checkpoint") {
+  test::KeyStoreForTests keys;
+  test::TempDir whole_dir("dpgrad-tune"), dir("dpgrad-tune");
+  const BatchT<double> data = test::three_class_records(600, 8, 21);
+  SearchConfigT<double> c = search_config(dir.path);
+  c.trials = privacy::TrialCount::parse("poisson:4");
+  c.trial.checkpoints.every_steps = 1;  // each trial saves every step
+  // the search in one go, for reference
+  SearchConfigT<double> w = c;
+  w.dir = whole_dir.path;
+  int built = 0;
+  FlakySgd::fail_after = -1;
+  tune(flaky_factory(built), data, w);
+  const nlohmann::json whole = saved_state(whole_dir.path);
+  // killed after 3 updates of the first trial (its steps 1 to 3 are saved), then resumed
+  FlakySgd::fail_after = 3;
+  CHECK_THROWS_WITH_AS(tune(flaky_factory(built), data, c), "killed mid-trial", std::runtime_error);
+  CHECK(saved_state(dir.path)["scores"].empty());
+  CHECK(CheckpointDir(dir.path / "trial-0001").latest_step() == 3);
+  FlakySgd::fail_after = -1;
+  c.resume = true;
+  tune(flaky_factory(built), data, c);
+  const nlohmann::json done = saved_state(dir.path);
+  CHECK(done["settings"] == whole["settings"]);
+  CHECK(done["scores"].size() == whole["scores"].size());
+  CHECK(done["best"] == whole["best"]);
+  CHECK(done["scores"] == whole["scores"]);  // the resumed trial continued the same run (its generators are in its checkpoint)
 }
