@@ -66,6 +66,7 @@ int run(const Options& o) {
   c.reproducible = o.reproducible;
   c.seed = o.seed;
   c.trial.physical_batch_size = o.physical_batch;
+  c.trial.ema = o.ema;
   c.trial.clipping = make_clip_strategy<float>(parse_clip_spec(o.strategy), double(o.batch_sizes.front()));
   if (!o.export_onnx.empty()) {
 #if DPGRAD_HAVE_ONNX
@@ -92,6 +93,7 @@ int run(const Options& o) {
     TrialModelT<float> m;
     m.model = build_model<float>(o.model, spec, init);
     m.optimizer = make_optimizer<float>(OptimizerSpec{o.optimizer, s.lr, o.momentum, 0}, m.model->parameters());
+    for (const auto& [layer, factor] : parse_lr_scales(o.lr_scale)) m.optimizer->set_lr_scale(layer, factor);
     return m;
   };
   say(fmt::format("dpgrad-tune: {} on {}, {} trials (the count stays secret), target epsilon {}", o.model,

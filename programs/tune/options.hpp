@@ -13,6 +13,8 @@ namespace dpgrad::tune_cli {
 struct Options {
   std::string dataset = "fashion-mnist", model = "cnn26k", optimizer = "sgd", strategy = "ghost", activation = "relu";
   std::string trials = "tnb:1,0.2", lr = "0.5:4", clip_norm = "0.1:10", clip_quantile, search_dir, export_onnx;
+  std::string lr_scale;  // LAYER=FACTOR,...: per-layer learning rates of every trial
+  double ema = 0;        // every trial's model: the parameters' moving average (post-processing)
   std::vector<std::size_t> batch_sizes{2048, 4096};
   std::vector<double> epochs{5, 10};
   std::optional<double> delta;

@@ -43,7 +43,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST_CASE("dpgrad-tune: a search releases one best trial and the search's epsilon, and nothing that counts the trials") {
   dpgrad::test::KeyStoreForTests keys;
   dpgrad::test::TempDir dir("dpgrad-tune");
-  const Run r = run_argv(search(dir / "s", {"--json"}));
+  const Run r = run_argv(search(dir / "s", {"--json", "--ema", "0.9", "--lr-scale", "dense1=2"}));
   REQUIRE_MESSAGE(r.status == 0, r.out);
   const nlohmann::json j = last_json(r.out);
   CHECK(j["released"] == true);
@@ -55,12 +55,12 @@ TEST_CASE("dpgrad-tune: a search releases one best trial and the search's epsilo
   CHECK(j["private"] == false);  // --reproducible-noise
   for (const char* secret : {"\"scores\"", "trial-0", "\"k\"", "trials run", "\"settings\""}) CHECK_FALSE(contains(r.out, secret));
   // the text report: the best trial and the privacy statement; resuming the finished search releases the same
-  const Run text = run_argv(search(dir / "s", {"--resume"}));
+  const Run text = run_argv(search(dir / "s", {"--resume", "--ema", "0.9", "--lr-scale", "dense1=2"}));
   REQUIRE_MESSAGE(text.status == 0, text.out);
   CHECK(contains(text.out, "best trial: lr "));
   CHECK(contains(text.out, "privacy of the whole search: epsilon "));
   CHECK(contains(text.out, "not private: the noise can be recomputed"));
-  const Run again = run_argv(search(dir / "s", {"--resume", "--json"}));
+  const Run again = run_argv(search(dir / "s", {"--resume", "--json", "--ema", "0.9", "--lr-scale", "dense1=2"}));
   CHECK(last_json(again.out)["best"] == j["best"]);
   CHECK(last_json(again.out)["validation_score"] == j["validation_score"]);
 }
@@ -78,6 +78,9 @@ TEST_CASE("dpgrad-tune: bad settings are refused before any data is read or any 
       {{"--validation-fraction", "0.9"}, "validation_fraction"},
       {{"--resume"}, "no search"},
       {{"--epochs", "0"}, "epochs"},
+      {{"--ema", "1.5"}, "--ema"},
+      {{"--lr-scale", "dense1=x"}, "learning-rate scale"},
+      {{"--lr-scale", "nosuch=2"}, "nosuch"},
   };
   for (const auto& [more, words] : cases) {
     CAPTURE(more.front());
