@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     fmt::print("dpgrad-predict: {} outputs {} of {} written to {}\n", n, shape_str(shape_of(out)), model->name(), output);
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpgrad-predict: error: {}\n", e.what());
-    return 1;
+    return 2;  // as every program: bad input, a bad file, an unwritable output
   }
   return 0;
 }
