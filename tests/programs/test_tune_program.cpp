@@ -1,6 +1,6 @@
 // dpgrad-tune as a user runs it (docs/tuning.md): a search on synthetic data
 // releases its best trial with the search's epsilon and nothing that counts the
-// trials; bad settings are refused before any data is read or any state written;
+// trials; bad settings are refused before any trial runs or any state is written;
 // a search resumes and a finished one releases the same best trial again.
 #include <algorithm>
 #include <filesystem>
@@ -65,7 +65,7 @@ TEST_CASE("dpgrad-tune: a search releases one best trial and the search's epsilo
   CHECK(last_json(again.out)["validation_score"] == j["validation_score"]);
 }
 
-TEST_CASE("dpgrad-tune: bad settings are refused before any data is read or any state is written") {
+TEST_CASE("dpgrad-tune: bad settings are refused before any trial runs or any state is written") {
   dpgrad::test::KeyStoreForTests keys;
   dpgrad::test::TempDir dir("dpgrad-tune");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
