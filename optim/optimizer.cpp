@@ -2,6 +2,7 @@
 #include "optim/optimizer.hpp"
 
 #include "engine/check.hpp"
+#include "engine/numbers.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -209,13 +210,10 @@ std::vector<std::pair<std::string, double>> parse_lr_scales(const std::string& s
                                                                            "' is not LAYER=FACTOR");
     const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
     for (const auto& [seen, f] : out) require(seen != name, "learning-rate scale: '" + name + "' is given twice");
-    const bool decimal = value.find_first_not_of("0123456789.eE+-") == std::string::npos &&
-                         value.find_first_of("0123456789") != std::string::npos;
-    char* rest = nullptr;
-    const double factor = decimal ? std::strtod(value.c_str(), &rest) : NAN;
-    require(decimal && rest && *rest == '\0' && std::isfinite(factor) && factor >= 0,
+    const std::optional<double> factor = decimal_number(value);
+    require(factor && *factor >= 0,
             "learning-rate scale: the factor of '" + name + "' must be a decimal number >= 0, got '" + value + "'");
-    out.emplace_back(name, factor);
+    out.emplace_back(name, *factor);
     pos = end + 1;
   }
   return out;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/numbers.hpp"
 #include "engine/random.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/conversions.hpp"
@@ -95,15 +96,9 @@ TrialCount TrialCount::from_json(const nlohmann::json& j) {
 TrialCount TrialCount::parse(const std::string& text) {
   const std::string usage = " (expected tnb:ETA,GAMMA, e.g. tnb:1,0.2, or poisson:MU, e.g. poisson:5)";
   auto number = [&](const std::string& s) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != s.size()) throw std::invalid_argument("trials '" + text + "': '" + s + "' is not a number" + usage);
-    return v;
+    const std::optional<double> v = decimal_number(s);
+    if (!v) throw std::invalid_argument("trials '" + text + "': '" + s + "' is not a decimal number" + usage);
+    return *v;
   };
   TrialCount c;
   if (text.rfind("poisson:", 0) == 0) {

@@ -213,7 +213,7 @@ TEST_CASE("selection: trial counts are parsed and checked") {
   CHECK(TrialCount::parse("tnb:1,0.2").mean() == doctest::Approx(5));
   CHECK(TrialCount::parse("poisson:4").mu == 4);
   for (const char* bad : {"tnb:1", "tnb:1,0", "tnb:-1,0.5", "tnb:1,1", "poisson:0", "poisson:x", "poisson:", "geometric:3",
-                          "tnb:1,0.2x", "poisson:nan", "tnb:1,1e-9"})
+                          "tnb:1,0.2x", "poisson:nan", "tnb:1,1e-9", "tnb:1,0x0.2p0", "poisson: 4"})
     CHECK_THROWS_AS(TrialCount::parse(bad), std::invalid_argument);
   const TrialCount k = TrialCount::from_json(tnb(0.5, 0.3).to_json());
   CHECK(k.eta == 0.5);
