@@ -26,6 +26,7 @@
 #include "optim/run/private_trainer.hpp"
 #include "privacy/schedule.hpp"
 #include "programs/cli.hpp"
+#include "programs/model_data.hpp"
 #include "programs/train/options.hpp"
 #include "programs/train/plot.hpp"
 #include "programs/train/report.hpp"
@@ -65,9 +66,7 @@ RunData load_data(const Options& o, ModelInput input, const Communicator* comm,
   if (o.show_record_counts)  // computed from the private labels: shown only when asked for by name
     s.description += fmt::format(": {} train, {} test (record counts: NOT covered by epsilon)", s.train.size(),
                                  s.test.size());
-  require(s.tokens == (input == ModelInput::tokens),
-          o.model + (s.tokens ? " reads images, and " + o.dataset + " is text" : " reads text, and " + o.dataset +
-                                                                                  " holds images"));
+  require_model_reads(input, s, o.model, o.dataset);
   if (comm) d.positions = data::keep_shard(s, comm->rank(), comm->size());  // records keep their ids
   if (input == ModelInput::scattering) {  // fixed and data-independent: computed once, no privacy cost
     require(o.augment_views == 0, "--augment-views does not apply to " + o.model + ": its features are computed once");
@@ -191,10 +190,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     input = find_model(o.model).input;
   }
   RunData d = load_data(o, input, comm.get(), say);
-  ModelSpec spec;
-  spec.classes = d.split.classes;
-  spec.features = d.split.tokens ? 0 : d.split.train.inputs.size() / d.split.train.examples();
-  spec.length = d.split.tokens ? d.split.train.tokens.shape()[1] : 0;
+  ModelSpec spec = model_spec_of(d.split);
   spec.vocabulary = o.vocabulary;
   spec.activation = parse_activation(o.activation);
   spec.hidden = o.hidden;

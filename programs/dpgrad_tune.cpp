@@ -3,7 +3,6 @@
 // its settings, its noised validation score, the search's epsilon, and the
 // released model's accuracy on the test split. The number of trials and the
 // other trials' scores are never shown: the search's bound needs them secret.
-#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -23,6 +22,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/run/tune.hpp"
 #include "programs/cli.hpp"
+#include "programs/model_data.hpp"
 #include "programs/tune/options.hpp"
 #if DPGRAD_HAVE_ONNX
 #include "onnx/onnx.hpp"
@@ -77,16 +77,12 @@ int run(const Options& o) {
   }
   // ---- data and the trials' factory
   data::DataSplit d = data::load_dataset(o.dataset, dopt);
-  require(d.tokens == (entry.input == ModelInput::tokens),
-          o.model + (d.tokens ? " reads images, and " + o.dataset + " is text" : " reads text, and " + o.dataset + " holds images"));
+  require_model_reads(entry.input, d, o.model, o.dataset);
   if (entry.input == ModelInput::scattering) {  // fixed and data-independent: computed once, no privacy cost
     d.train.inputs = scattering_inputs(d.train.inputs);
     d.test.inputs = scattering_inputs(d.test.inputs);
   }
-  ModelSpec spec;
-  spec.classes = d.classes;
-  spec.features = d.tokens ? 0 : d.train.inputs.size() / d.train.examples();
-  spec.length = d.tokens ? d.train.tokens.shape()[1] : 0;
+  ModelSpec spec = model_spec_of(d);
   spec.activation = parse_activation(o.activation);
   const TrialFactoryT<float> factory = [&](const TrialSettings& s) {
     FastRng init(s.init_seed);
@@ -99,14 +95,12 @@ int run(const Options& o) {
   say(fmt::format("dpgrad-tune: {} on {}, {} trials (the count stays secret), target epsilon {}", o.model,
                   d.description, c.trials.describe(), o.target_epsilon));
   say("searching; only the time is shown while it runs...");
-  const auto t0 = std::chrono::steady_clock::now();
   SearchResult r = tune<float>(factory, d.train, c, [&](double seconds) {
     if (!o.json_out) fmt::print(stderr, "\r  {:.0f} s", seconds);
   });
   if (!o.json_out) fmt::print(stderr, "\n");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   json out = {{"model", o.model}, {"dataset", d.description}, {"trials", c.trials.to_json()},
-              {"search", r.plan.to_json()}, {"released", r.released}, {"seconds", seconds},
+              {"search", r.plan.to_json()}, {"released", r.released},
               {"epsilon", r.plan.epsilon}, {"delta", r.plan.delta}, {"private", !o.reproducible}};
   if (o.reproducible) out["privacy_note"] = kNotPrivateReproducible;
   std::string test_line;

@@ -215,6 +215,13 @@ SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size
   // the worst trial's RDP curve over every configuration of the space, and the prior releases'
   const auto cases = accounting_cases(c);
   for (const auto& s : cases) check_training_config(trial_config(c, s, 1.0, p.delta), s.lr);
+  const std::vector<double> orders = privacy::default_rdp_orders();  // the trials' RdpAccountant's grid
+  std::vector<double> prior(orders.size(), 0.0);
+  double prior_draws = 0;
+  for (const auto& r : c.released_before) {
+    for (std::size_t i = 0; i < prior.size(); ++i) prior[i] += privacy::rdp_subsampled_gaussian(1.0, r.noise_multiplier, orders[i]);
+    prior_draws += r.draws;
+  }
   auto search_at = [&](double sigma) {
     TrialCurve worst;
     for (const auto& s : cases) {
@@ -224,12 +231,7 @@ SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size
       for (std::size_t i = 0; i < t.rdp.size(); ++i) worst.rdp[i] = std::max(worst.rdp[i], t.rdp[i]);
       worst.draws = std::max(worst.draws, t.draws);
     }
-    std::vector<double> prior(worst.orders.size(), 0.0);
-    for (std::size_t i = 0; i < prior.size(); ++i)
-      for (const auto& r : c.released_before)
-        prior[i] += privacy::rdp_subsampled_gaussian(1.0, r.noise_multiplier, worst.orders[i]);
-    double prior_draws = 0;
-    for (const auto& r : c.released_before) prior_draws += r.draws;
+    require(worst.orders == orders, "tune: the trials' accountant has another grid of orders");
     // the prior releases' draws are counted once per trial: more than they are, which only adds slack
     return privacy::search_epsilon(c.trials, worst.orders, worst.rdp, prior, p.delta, worst.draws + prior_draws);
   };
