@@ -61,6 +61,9 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
   }
   gradient_sigma_ = c.noise_multiplier;
   expected_contributions_ = strategy.normaliser(L);
+  if (strategy.adapts_layers() && !c.adaptive)
+    throw std::invalid_argument(strategy.name() + " moves each layer's clip norm by a noised count of its own: it needs "
+                                "adaptive clipping (DPConfig::adaptive: the quantile, the counts' noise and the step)");
   if (c.adaptive) {
     AdaptiveClipping& a = *config_.adaptive;
     if (strategy.jl_dim() > 0)
@@ -76,29 +79,36 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
       throw std::invalid_argument("adaptive clipping's quantile must be in [0, 1], got " + privacy::format_number(a.quantile, 6));
     if (!(a.lr >= 0 && a.lr <= 10))
       throw std::invalid_argument("adaptive clipping's learning rate must be in [0, 10], got " + privacy::format_number(a.lr, 6));
-    if (!(a.min_clip_norm >= 1e-12 && a.min_clip_norm <= c.clip_norm && c.clip_norm <= a.max_clip_norm &&
-          a.max_clip_norm <= 1e6))
-      throw std::invalid_argument("adaptive clipping keeps C in [min, max] with 1e-12 <= min <= C <= max <= 1e6; got "
+    // per layer: G counts, each layer starting from C / sqrt(G)
+    counts_ = strategy.adapts_layers() ? clip_layers(model.parameters()).size() : 1;
+    const double G = double(counts_), first = c.clip_norm / std::sqrt(G);
+    if (!(a.min_clip_norm >= 1e-12 && a.min_clip_norm <= first && first <= a.max_clip_norm && a.max_clip_norm <= 1e6))
+      throw std::invalid_argument(std::string("adaptive clipping keeps ") +
+                                  (counts_ > 1 ? "each layer's C_g (first C / sqrt(layers))" : "C") +
+                                  " in [min, max] with 1e-12 <= min <= C <= max <= 1e6; got "
                                   "[" + privacy::format_number(a.min_clip_norm, 6) + ", " +
-                                  privacy::format_number(a.max_clip_norm, 6) + "] and C = " +
-                                  privacy::format_number(c.clip_norm, 6));
+                                  privacy::format_number(a.max_clip_norm, 6) + "] and " +
+                                  (counts_ > 1 ? "C_g = " : "C = ") + privacy::format_number(first, 6));
     if (!(a.count_noise >= 0 && std::isfinite(a.count_noise)))
       throw std::invalid_argument("adaptive clipping's count noise must be >= 0 (0: the default), got " +
                                   privacy::format_number(a.count_noise, 6));
     if (a.count_noise == 0) a.count_noise = expected_contributions_ / 20;  // the paper's choice
-    // the count's sensitivity is 1/2 (its terms are b - 1/2), so the two releases are one Gaussian
-    // mechanism at sigma when sigma^-2 = sigma_g^-2 + (2 sigma_b)^-2 (docs/math.md section 8)
-    if (!(2 * a.count_noise > c.noise_multiplier * 1.0000001))
+    // each count's sensitivity is 1/2 (its terms are b - 1/2), so the releases are one Gaussian
+    // mechanism at sigma when sigma^-2 = sigma_g^-2 + G (2 sigma_b)^-2 (docs/math.md section 8)
+    if (!(2 * a.count_noise > std::sqrt(G) * c.noise_multiplier * 1.0000001))
       throw std::invalid_argument(
-          "adaptive clipping's count noise " + privacy::format_number(a.count_noise, 6) + " must exceed half the noise "
-          "multiplier (" + privacy::format_number(c.noise_multiplier / 2, 6) + "): the count and the clipped sum share "
-          "the run's sigma; give a larger count noise (the default is the expected contributions per batch / 20)");
-    gradient_sigma_ = 1 / std::sqrt(1 / (c.noise_multiplier * c.noise_multiplier) - 1 / (4 * a.count_noise * a.count_noise));
-    clip_state_ = ArrayT<T>::from_shape({1});
-    clip_state_(0) = T(c.clip_norm);
+          "adaptive clipping's count noise " + privacy::format_number(a.count_noise, 6) + " must exceed " +
+          (counts_ > 1 ? "sqrt(layers) / 2 times" : "half") + " the noise multiplier (" +
+          privacy::format_number(std::sqrt(G) * c.noise_multiplier / 2, 6) + "): the count" + (counts_ > 1 ? "s" : "") +
+          " and the clipped sum share the run's sigma; give a larger count noise (the default is the expected "
+          "contributions per batch / 20)");
+    gradient_sigma_ =
+        1 / std::sqrt(1 / (c.noise_multiplier * c.noise_multiplier) - G / (4 * a.count_noise * a.count_noise));
+    clip_state_ = ArrayT<T>::from_shape({counts_});
+    clip_state_.fill(T(counts_ > 1 ? first : c.clip_norm));
     // every C within reach is checked now, so that no step can be refused later
-    set_clip_geometry(a.min_clip_norm);
-    set_clip_geometry(a.max_clip_norm);
+    set_clip_geometry(a.min_clip_norm * std::sqrt(G));
+    set_clip_geometry(a.max_clip_norm * std::sqrt(G));
   }
   if (adds_noise()) {
     // the grid adds noise to values below 2^52 grid steps, at least 2^27 sigma C (docs/noise.md): a batch's sum
@@ -110,7 +120,35 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
                                   privacy::format_number(L, 6) + " contributions of norm up to C) needs at least " +
                                   privacy::format_number(smallest, 3) + " (docs/noise.md)");
   }
-  set_clip_geometry(clip_norm());
+  apply_clip_state();
+}
+
+template <class T>
+double DPOptimizerT<T>::clip_norm() const {
+  if (!config_.adaptive) return config_.clip_norm;
+  if (counts_ == 1) return double(clip_state_(0));
+  double sq = 0;
+  for (const T c : clip_state_) sq += double(c) * double(c);
+  return std::sqrt(sq);
+}
+
+template <class T>
+std::vector<std::pair<std::string, double>> DPOptimizerT<T>::layer_clip_norms() const {
+  if (!strategy_.adapts_layers() || !config_.adaptive) return {};
+  const std::vector<std::string> names = clip_layers(model_.parameters());
+  std::vector<std::pair<std::string, double>> out;
+  for (std::size_t g = 0; g < names.size() && g < clip_state_.size(); ++g) out.emplace_back(names[g], double(clip_state_(g)));
+  return out;
+}
+
+template <class T>
+void DPOptimizerT<T>::apply_clip_state() {
+  const double C = clip_norm();
+  set_clip_geometry(C);
+  if (!strategy_.adapts_layers()) return;
+  shares_.clear();
+  for (const T c : clip_state_) shares_.push_back(double(c) / C);
+  strategy_.set_layer_shares(shares_);
 }
 
 template <class T>
@@ -130,15 +168,15 @@ void DPOptimizerT<T>::set_clip_geometry(double C) {
                                 ", is outside the noise grid's range [2^-900, 2^900] (docs/noise.md): choose a clip "
                                 "norm and noise multiplier whose product is in it");
   const NoiseGrid g = noise_grid(noise_std);
-  const double coordinates = double(model_.parameter_count()) + (config_.adaptive ? 1.0 : 0.0);
+  const double coordinates = double(model_.parameter_count() + counts_);
   const double room = (config_.adaptive ? noise_std / config_.noise_multiplier : C) -
                       (strategy_.jl_dim() > 0 ? 32 : 1) * g.grid * (std::sqrt(coordinates) + 1.0);
   if (config_.adaptive) {
-    // one more coordinate, the count, at count_scale_ per unit: its noise is sigma_b in counts, and a
-    // contribution's (gradient, count share) has norm at most room = sigma_g C / sigma - A
+    // one more coordinate per count, at count_scale_ per unit: its noise is sigma_b in counts, and a
+    // contribution's (gradient, counts' shares) has norm at most room = sigma_g C / sigma - A
     count_scale_ = noise_std / config_.adaptive->count_noise;
-    const double share = count_scale_ / 2;
-    grid_clip_norm_ = room > share ? std::sqrt(room * room - share * share) : 0.0;
+    const double shares = double(counts_) * (count_scale_ / 2) * (count_scale_ / 2);
+    grid_clip_norm_ = room * room > shares ? std::sqrt(room * room - shares) : 0.0;
   } else {
     grid_clip_norm_ = room;
   }
@@ -152,12 +190,15 @@ template <class T>
 void DPOptimizerT<T>::clip_state_restored() {
   if (!config_.adaptive) return;
   const AdaptiveClipping& a = *config_.adaptive;
-  const double C = clip_state_.size() == 1 ? double(clip_state_(0)) : std::nan("");
-  if (!(C >= double(T(a.min_clip_norm)) && C <= double(T(a.max_clip_norm))))
-    throw std::invalid_argument("the checkpoint's adaptive clip norm " + privacy::format_number(C, 6) +
-                                " is outside the run's range [" + privacy::format_number(a.min_clip_norm, 6) + ", " +
-                                privacy::format_number(a.max_clip_norm, 6) + "]");
-  set_clip_geometry(C);
+  if (clip_state_.size() != counts_)
+    throw std::invalid_argument("the checkpoint holds " + std::to_string(clip_state_.size()) +
+                                " adaptive clip norms, the run " + std::to_string(counts_));
+  for (const T c : clip_state_)
+    if (!(double(c) >= double(T(a.min_clip_norm)) && double(c) <= double(T(a.max_clip_norm))))
+      throw std::invalid_argument("the checkpoint's adaptive clip norm " + privacy::format_number(double(c), 6) +
+                                  " is outside the run's range [" + privacy::format_number(a.min_clip_norm, 6) + ", " +
+                                  privacy::format_number(a.max_clip_norm, 6) + "]");
+  apply_clip_state();
 }
 
 template <class T>
@@ -214,6 +255,7 @@ ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch, Rng& aux) {
   if (chunk == 0 || examples <= chunk) return strategy_.clipped_sum(model_, batch, grid_clip_norm_, aux);
   ClipResult<T> total;
   std::vector<T> norms;
+  std::vector<ArrayT<T>> layer_norms;  // the chunks'
   std::vector<std::size_t> index;
   for (std::size_t start = 0; start < examples; start += chunk) {
     index.clear();
@@ -227,9 +269,19 @@ ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch, Rng& aux) {
     total.loss_sum += part.loss_sum;
     total.clipped += part.clipped;
     norms.insert(norms.end(), part.norms.begin(), part.norms.end());
+    layer_norms.push_back(std::move(part.layer_norms));
   }
   total.norms = ArrayT<T>::from_shape({norms.size()});
   std::copy(norms.begin(), norms.end(), total.norms.begin());
+  if (!layer_norms.empty() && layer_norms.front().dimension() == 2) {  // (layers, contributions), side by side
+    total.layer_norms = ArrayT<T>::from_shape({layer_norms.front().shape(0), norms.size()});
+    std::size_t at = 0;
+    for (const ArrayT<T>& part : layer_norms) {
+      for (std::size_t g = 0; g < part.shape(0); ++g)
+        for (std::size_t i = 0; i < part.shape(1); ++i) total.layer_norms(g, at + i) = part(g, i);
+      at += part.shape(1);
+    }
+  }
   return total;
 }
 
@@ -253,7 +305,7 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* 
   std::vector<T> flat;
   flat.reserve(model_.parameter_count());
   for (const auto& g : r.sum) flat.insert(flat.end(), g.begin(), g.end());
-  const std::size_t coordinates = model_.parameter_count() + (config_.adaptive ? 1 : 0);  // the count's
+  const std::size_t coordinates = model_.parameter_count() + counts_;  // the counts'
   if (flat.size() != coordinates)
     throw std::logic_error("data-parallel step: the clipped sum has " + std::to_string(flat.size()) +
                            " coordinates, the model " + std::to_string(coordinates));
@@ -325,11 +377,20 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   restore.reset();
   const double C = clip_norm();
   st.clip_norm = grid_clip_norm_;
-  if (config_.adaptive) {  // the count of unclipped contributions, centred (terms b - 1/2), as one more coordinate
-    double centred = 0;
-    for (const T n : r.norms) centred += double(n) <= grid_clip_norm_ ? 0.5 : -0.5;
-    ArrayT<T> count = ArrayT<T>::from_shape({1});
-    count(0) = T(count_scale_ * centred);
+  if (config_.adaptive) {  // the counts of unclipped contributions, centred (terms b - 1/2), as more coordinates
+    ArrayT<T> count = ArrayT<T>::from_shape({counts_});
+    for (std::size_t g = 0; g < counts_; ++g) {
+      double centred = 0;
+      if (shares_.empty()) {
+        for (const T n : r.norms) centred += double(n) <= grid_clip_norm_ ? 0.5 : -0.5;
+      } else {  // per layer: the contributions whose layer-g part was not clipped
+        const double limit = grid_clip_norm_ * shares_[g];
+        if (r.layer_norms.dimension() == 2)  // (an empty batch has none)
+          for (std::size_t i = 0; i < r.layer_norms.shape(1); ++i)
+            centred += double(r.layer_norms(g, i)) <= limit ? 0.5 : -0.5;
+      }
+      count(g) = T(count_scale_ * centred);
+    }
     r.sum.push_back(std::move(count));
   }
   // the sum rounded to the grid plus grid * k, k ~ N_Z(0, s^2) drawn exactly and
@@ -345,15 +406,20 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   } else if (grid) {
     add_noise(r.sum, *grid);
   }
-  if (config_.adaptive) {  // the released count moves C for the next step (post-processing)
+  if (config_.adaptive) {  // the released counts move C (the C_g) for the next step (post-processing)
     const AdaptiveClipping& a = *config_.adaptive;
-    const double released = double(r.sum.back()(0)) / count_scale_;  // sum of (b - 1/2), noised
+    double mean = 0;
+    for (std::size_t g = 0; g < counts_; ++g) {
+      const double released = double(r.sum.back()(g)) / count_scale_;  // sum of (b - 1/2), noised
+      const double fraction = released / expected_contributions_ + 0.5;
+      mean += fraction / double(counts_);
+      if (!shares_.empty()) st.layer_unclipped_fractions.push_back(fraction);
+      clip_state_(g) = T(std::clamp(double(clip_state_(g)) * std::exp(-a.lr * (fraction - a.quantile)), a.min_clip_norm,
+                                    a.max_clip_norm));
+    }
     r.sum.pop_back();
-    st.unclipped_fraction = released / expected_contributions_ + 0.5;
-    const double next = std::clamp(C * std::exp(-a.lr * (st.unclipped_fraction - a.quantile)), a.min_clip_norm,
-                                   a.max_clip_norm);
-    clip_state_(0) = T(next);
-    set_clip_geometry(double(clip_state_(0)));
+    st.unclipped_fraction = mean;
+    apply_clip_state();
   }
   st.loss = st.batch ? r.loss_sum / double(st.batch) : 0.0;
   st.clipped = r.clipped;

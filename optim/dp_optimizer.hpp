@@ -13,6 +13,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/clipping/clipping.hpp"
@@ -35,11 +36,14 @@ class Accountant;
 /// the clipped sum are one Gaussian mechanism at the run's noise multiplier
 /// sigma: the gradient's own noise multiplier is (sigma^-2 - (2 count_noise)^-2)^(-1/2),
 /// a little above sigma, and the accountant sees sigma as without adaptation.
+/// With a "+layers:adaptive" strategy each of the G layers has its own C_g, count
+/// and step (the same quantile, noise and lr), the clip norm is C = sqrt(sum C_g^2),
+/// and the gradient's noise multiplier (sigma^-2 - G (2 count_noise)^-2)^(-1/2).
 struct AdaptiveClipping {
   double quantile = 0.5;     // gamma in [0, 1]: the fraction of contributions meant to stay unclipped
-  double count_noise = 0;    // sigma_b, noise std of the count, > sigma / 2 (0: the expected contributions / 20)
+  double count_noise = 0;    // sigma_b, noise std of a count, > sigma sqrt(G) / 2 (0: the expected contributions / 20)
   double lr = 0.2;           // eta >= 0: the geometric step
-  double min_clip_norm = 1e-9, max_clip_norm = 1e6;  // C is kept in this range (fixed in advance)
+  double min_clip_norm = 1e-9, max_clip_norm = 1e6;  // C (per layer: each C_g) is kept in this range (fixed in advance)
   /// The noised sum is also divided by the step's C (post-processing: C is
   /// public), so the base optimizer sees a mean of contributions of norm at most
   /// 1 and a learning rate means at every C what it means at C = 1; false: the
@@ -92,8 +96,10 @@ struct StepStats {
   double noise_std = 0;       // std of the noise added to the sum
   double clip_norm = 0;       // the C this step clipped to (less the grid's allowance)
   /// Adaptive clipping: the released, noised fraction of contributions whose norm
-  /// was at most C (covered by epsilon); NaN otherwise.
+  /// was at most C (covered by epsilon); per layer, the mean of the layers'; NaN otherwise.
   double unclipped_fraction = std::nan("");
+  /// "+layers:adaptive": each layer's released fraction, in clip_layers() order.
+  std::vector<double> layer_unclipped_fractions;
   double communication_seconds = 0;  // data-parallel runs: time spent summing and sending the gradient
   double wait_seconds = 0;           // data-parallel runs: time spent waiting for the slowest rank first
 };
@@ -155,13 +161,16 @@ class DPOptimizerT {
   /// (docs/noise.md), else C.
   double grid_clip_norm() const { return grid_clip_norm_; }
   /// The clip norm C of the next step: DPConfig::clip_norm, or where adaptive
-  /// clipping has moved it.
-  double clip_norm() const { return config_.adaptive ? double(clip_state_(0)) : config_.clip_norm; }
+  /// clipping has moved it (per layer: sqrt(sum C_g^2)).
+  double clip_norm() const;
+  /// "+layers:adaptive": each layer's name and C_g for the next step, in
+  /// clip_layers() order; empty otherwise.
+  std::vector<std::pair<std::string, double>> layer_clip_norms() const;
   /// The noise multiplier of the clipped sum's own noise (std / C): the run's
-  /// sigma, or with adaptive clipping (sigma^-2 - (2 sigma_b)^-2)^(-1/2).
+  /// sigma, or with adaptive clipping (sigma^-2 - G (2 sigma_b)^-2)^(-1/2), G the counts.
   double gradient_noise_multiplier() const { return gradient_sigma_; }
-  /// Adaptive clipping's state, (1): C. A checkpoint saves and restores it in
-  /// place; clip_state_restored() then checks it and applies it.
+  /// Adaptive clipping's state: (1) C, or per layer (G) the C_g. A checkpoint
+  /// saves and restores it in place; clip_state_restored() then checks it and applies it.
   ArrayT<T>& clip_state() { return clip_state_; }
   /// Checks a restored clip_state() (finite, within the configured range) and
   /// sets the next step's clipping from it; throws std::invalid_argument otherwise.
@@ -191,8 +200,11 @@ class DPOptimizerT {
   /// The grid noise on every coordinate of `sums` (docs/noise.md), block by block.
   void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
   /// The next step's clipping at clip norm C: the grid's allowance taken off C
-  /// and, with adaptive clipping, off the count's share (docs/noise.md).
+  /// and, with adaptive clipping, off the counts' share (docs/noise.md).
   void set_clip_geometry(double C);
+  /// Adaptive clipping: the clip state (C, or the C_g) applied to the next
+  /// step: its geometry and, per layer, the strategy's shares C_g / C.
+  void apply_clip_state();
   /// Throws DivergedError naming the first parameter that is not finite or above max_parameter.
   void check_parameters() const;
 
@@ -203,9 +215,11 @@ class DPOptimizerT {
   const Sampler& sampler_;
   double grid_clip_norm_ = 0;
   double gradient_sigma_ = 0;  // see gradient_noise_multiplier()
-  double count_scale_ = 0;     // adaptive: the count coordinate's value per unit of count
+  double count_scale_ = 0;     // adaptive: a count coordinate's value per unit of count
+  std::size_t counts_ = 0;     // adaptive: the noised counts a step, 1 or (per layer) G; else 0
   double expected_contributions_ = 0;
-  ArrayT<T> clip_state_;       // adaptive: (1) C
+  ArrayT<T> clip_state_;       // adaptive: (counts_) C or the C_g
+  std::vector<double> shares_; // "+layers:adaptive": the shares C_g / C the strategy clips to
   Rng& noise_rng_;
   Rng& aux_rng_;
   privacy::Accountant* accountant_;

@@ -27,7 +27,8 @@ ClipSpec parse_clip_spec(const std::string& text) {
     const std::string layers = text.substr(plus + 1);
     if (layers == "layers") s.layers = ClipSpec::Layers::equal;
     else if (layers == "layers:size") s.layers = ClipSpec::Layers::size;
-    else throw std::invalid_argument("clip strategy '" + text + "': after '+' comes layers or layers:size");
+    else if (layers == "layers:adaptive") s.layers = ClipSpec::Layers::adaptive;
+    else throw std::invalid_argument("clip strategy '" + text + "': after '+' comes layers, layers:size or layers:adaptive");
     if (spec != "naive" && spec != "vanilla" && spec != "ghost")
       throw std::invalid_argument("clip strategy '" + text + "': per-layer clipping (+" + layers + ") applies to naive, "
                                   "vanilla and ghost, whose contributions are one example's exact gradient");
@@ -54,7 +55,7 @@ ClipSpec parse_clip_spec(const std::string& text) {
   } else {
     throw std::invalid_argument("unknown clip strategy '" + text +
                                 "' (none, naive, vanilla, ghost, jl:K, microbatch:M; naive, vanilla and ghost also "
-                                "per layer: ghost+layers, ghost+layers:size)");
+                                "per layer: ghost+layers, ghost+layers:size, ghost+layers:adaptive)");
   }
   return s;
 }

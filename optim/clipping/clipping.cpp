@@ -75,45 +75,76 @@ ClipResult<T> empty_result(const std::vector<TensorT<T>>& ps) {
 
 /// Per-layer clipping's layers (ClipSpec::Layers): each parameter's layer, in
 /// order of first appearance, and each layer's share w_g of C (the w_g^2 sum to
-/// 1). Flat clipping is one layer of share 1.
+/// at most 1). Flat clipping is one layer of share 1. `shares`: adaptive layers'
+/// shares as set (empty: equal).
 struct LayerSplit {
   std::vector<std::size_t> layer;  // per parameter
   std::vector<double> share;       // per layer
 };
 
 template <class T>
-LayerSplit layer_split(const std::vector<TensorT<T>>& ps, ClipSpec::Layers how) {
+LayerSplit layer_split(const std::vector<TensorT<T>>& ps, ClipSpec::Layers how, const std::vector<double>& shares = {}) {
   LayerSplit s;
   if (how == ClipSpec::Layers::flat) {
     s.layer.assign(ps.size(), 0);
     s.share = {1.0};
     return s;
   }
-  std::vector<std::string> names;
-  std::vector<double> sizes;
+  const std::vector<std::string> names = clip_layers(ps);
+  std::vector<double> sizes(names.size(), 0.0);
   double total = 0;
   for (const auto& p : ps) {
     const std::string name = p.name().substr(0, p.name().rfind('.'));
-    const auto at = std::find(names.begin(), names.end(), name);
-    s.layer.push_back(std::size_t(at - names.begin()));
-    if (at == names.end()) names.push_back(name), sizes.push_back(0.0);
+    s.layer.push_back(std::size_t(std::find(names.begin(), names.end(), name) - names.begin()));
     sizes[s.layer.back()] += double(p.value().size());
     total += double(p.value().size());
   }
+  if (how == ClipSpec::Layers::adaptive && !shares.empty()) {
+    if (shares.size() != names.size())
+      throw std::invalid_argument("per-layer clipping: " + std::to_string(shares.size()) + " layer shares set for a model of " +
+                                  std::to_string(names.size()) + " layers");
+    s.share = shares;
+    return s;
+  }
   for (const double size : sizes)
-    s.share.push_back(how == ClipSpec::Layers::equal ? 1 / std::sqrt(double(sizes.size())) : std::sqrt(size / total));
+    s.share.push_back(how == ClipSpec::Layers::size ? std::sqrt(size / total) : 1 / std::sqrt(double(sizes.size())));
   return s;
 }
 
 std::string layers_suffix(ClipSpec::Layers how) {
-  return how == ClipSpec::Layers::equal ? "+layers" : how == ClipSpec::Layers::size ? "+layers:size" : "";
+  switch (how) {
+    case ClipSpec::Layers::equal: return "+layers";
+    case ClipSpec::Layers::size: return "+layers:size";
+    case ClipSpec::Layers::adaptive: return "+layers:adaptive";
+    case ClipSpec::Layers::flat: break;
+  }
+  return "";
+}
+
+/// Shares to clip with: each finite and > 0, scaled so that their squares sum
+/// to at most 1 whatever the rounding (the contributions' norm stays at most C).
+std::vector<double> checked_shares(std::vector<double> shares) {
+  double sq = 0;
+  for (const double w : shares) {
+    if (!(w > 0 && std::isfinite(w)))
+      throw std::invalid_argument("per-layer clipping: a layer's share of C must be finite and > 0, got " +
+                                  std::to_string(w));
+    sq += w * w;
+  }
+  if (shares.empty() || !(std::abs(sq - 1) <= 1e-9))
+    throw std::invalid_argument("per-layer clipping: the layers' shares of C must have squares summing to 1, got " +
+                                std::to_string(sq));
+  const double scale = (1 - 1e-12) / std::sqrt(sq);
+  for (double& w : shares) w *= scale;
+  return shares;
 }
 
 /// The parameters' accumulated gradient is one contribution: each layer's part
-/// clipped to its share of C and added to res.sum. Returns its norm.
+/// clipped to its share of C and added to res.sum, its layers' norms kept in
+/// column i of res.layer_norms (when i is given). Returns its norm.
 template <class T>
 T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipResult<T>& res,
-                      const LayerSplit& split) {
+                      const LayerSplit& split, std::size_t i = std::size_t(-1)) {
   std::vector<double> sq(split.share.size(), 0.0);
   std::size_t coordinates = 0;
   for (std::size_t j = 0; j < ps.size(); ++j) {
@@ -125,6 +156,7 @@ T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipR
   bool clipped = false;
   double total = 0;
   for (std::size_t l = 0; l < sq.size(); ++l) {
+    if (i != std::size_t(-1)) res.layer_norms(l, i) = T(std::sqrt(sq[l]));  // (microbatch:M keeps none)
     c.push_back(clip_factor<T>(std::sqrt(sq[l]), clip_norm * split.share[l], coordinates));
     clipped |= c.back() < T(1);
     total += sq[l];
@@ -176,6 +208,16 @@ double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, con
 }
 
 template <class T>
+std::vector<std::string> clip_layers(const std::vector<TensorT<T>>& ps) {
+  std::vector<std::string> names;
+  for (const auto& p : ps) {
+    std::string name = p.name().substr(0, p.name().rfind('.'));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  }
+  return names;
+}
+
+template <class T>
 std::vector<const ParamUses<T>*> groups_by_param(const TapeT<T>& tape, const std::vector<TensorT<T>>& ps) {
   std::unordered_map<const Node<T>*, const ParamUses<T>*> m;
   for (const auto& g : tape.uses()) m[g.param.get()] = &g;
@@ -209,6 +251,9 @@ std::vector<ArrayT<T>> layer_factors(const std::vector<ArrayT<T>>& norms_sq, con
     }
     c.push_back(std::move(f));
   }
+  res.layer_norms = ArrayT<T>::from_shape({norms_sq.size(), b});
+  for (std::size_t l = 0; l < norms_sq.size(); ++l)
+    for (std::size_t i = 0; i < b; ++i) res.layer_norms(l, i) = T(std::sqrt(std::max(0.0, double(norms_sq[l](i)))));
   res.norms = ArrayT<T>::from_shape({b});
   for (std::size_t i = 0; i < b; ++i) {
     res.norms(i) = T(std::sqrt(total[i]));
@@ -251,12 +296,18 @@ class NaiveStrategy final : public ClipStrategyT<T> {
  public:
   explicit NaiveStrategy(ClipSpec::Layers layers) : layers_(layers) {}
   std::string name() const override { return "naive" + layers_suffix(layers_); }
+  bool adapts_layers() const override { return layers_ == ClipSpec::Layers::adaptive; }
+  void set_layer_shares(std::vector<double> shares) override {
+    if (!adapts_layers()) ClipStrategyT<T>::set_layer_shares(std::move(shares));
+    shares_ = checked_shares(std::move(shares));
+  }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
-    const LayerSplit split = layer_split(ps, layers_);
+    const LayerSplit split = layer_split(ps, layers_, shares_);
     ClipResult<T> res;
     res.sum = zeros_like_params(ps);
     res.norms = ArrayT<T>::from_shape({batch.examples()});
+    res.layer_norms = ArrayT<T>::from_shape({split.share.size(), batch.examples()});
     for (std::size_t i = 0; i < batch.examples(); ++i) {
       BatchT<T> one = batch.select({i});
       zero_grads(ps);
@@ -266,7 +317,7 @@ class NaiveStrategy final : public ClipStrategyT<T> {
       TensorT<T> loss = per_sample_losses(model, one);
       res.loss_sum += loss_total(loss);
       tape.backward(sum(loss));
-      res.norms(i) = clip_and_accumulate(ps, clip_norm, res, split);
+      res.norms(i) = clip_and_accumulate(ps, clip_norm, res, split, i);
     }
     zero_grads(ps);
     return res;
@@ -274,6 +325,7 @@ class NaiveStrategy final : public ClipStrategyT<T> {
 
  private:
   ClipSpec::Layers layers_;
+  std::vector<double> shares_;  // +layers:adaptive: as set (empty: equal)
 };
 
 /// The exact strategies: one forward and one backward with every parameter use
@@ -284,6 +336,11 @@ template <class T>
 class RuleStrategy : public ClipStrategyT<T> {
  public:
   explicit RuleStrategy(ClipSpec::Layers layers) : layers_(layers) {}
+  bool adapts_layers() const override { return layers_ == ClipSpec::Layers::adaptive; }
+  void set_layer_shares(std::vector<double> shares) override {
+    if (!adapts_layers()) ClipStrategyT<T>::set_layer_shares(std::move(shares));
+    shares_ = checked_shares(std::move(shares));
+  }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
     if (batch.examples() == 0) return empty_result(ps);
@@ -297,13 +354,14 @@ class RuleStrategy : public ClipStrategyT<T> {
  protected:
   virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
   const ClipSpec::Layers layers_;
+  std::vector<double> shares_;  // +layers:adaptive: as set (empty: equal)
 
  private:
   /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); P = coordinates.
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
                       std::size_t b, double clip_norm, std::size_t coordinates, ClipResult<T>& res) const {
     std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
-    const LayerSplit split = layer_split(ps, layers_);
+    const LayerSplit split = layer_split(ps, layers_, shares_);
     std::vector<ArrayT<T>> norms_sq(split.share.size(), xt::zeros<T>({b}));
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (!groups[j]) continue;
@@ -582,6 +640,8 @@ template double record_uses(TapeT<double>&, ModelT<double>&, const BatchT<double
 template std::vector<const ParamUses<float>*> groups_by_param(const TapeT<float>&, const std::vector<TensorT<float>>&);
 template std::vector<const ParamUses<double>*> groups_by_param(const TapeT<double>&,
                                                                const std::vector<TensorT<double>>&);
+template std::vector<std::string> clip_layers(const std::vector<TensorT<float>>&);
+template std::vector<std::string> clip_layers(const std::vector<TensorT<double>>&);
 template TensorT<float> per_sample_losses(ModelT<float>&, const BatchT<float>&);
 template TensorT<double> per_sample_losses(ModelT<double>&, const BatchT<double>&);
 template ArrayT<float> jl_projections(ModelT<float>&, const BatchT<float>&, const std::vector<ArrayT<float>>&);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct ClipResult {
   ArrayT<T> norms;             // (contributions) the norms that were clipped (exact or JL estimates)
   double loss_sum = 0;         // sum of per-sample losses
   std::size_t clipped = 0;     // contributions with c < 1
+  /// Naive, vanilla and ghost (flat: one layer): (layers, contributions), the
+  /// norm of each layer's part of each contribution; empty for the others.
+  ArrayT<T> layer_norms;
 };
 
 /// One route to a batch's sum of clipped contributions (the list at the top of
@@ -54,6 +58,16 @@ class ClipStrategyT {
   /// (docs/distributed.md): true unless contributions group examples (microbatch:M,
   /// whose groups would span ranks). jl:K shards, its directions drawn alike everywhere.
   virtual bool shards_across_processes() const { return true; }
+  /// Per-layer clipping whose layers' shares of C the private optimizer moves
+  /// ("+layers:adaptive"): true there only.
+  virtual bool adapts_layers() const { return false; }
+  /// The layers' shares w_g of C for the next clipped sums, in clip_layers()
+  /// order, their squares summing to 1 (adapts_layers() strategies only; until
+  /// set, the layers share C equally). Throws std::logic_error elsewhere.
+  virtual void set_layer_shares(std::vector<double> shares) {
+    (void)shares;
+    throw std::logic_error(name() + " has no layer shares to set");
+  }
 };
 
 /// The strategy `spec` describes; `expected_batch` fixes the number of
@@ -96,6 +110,11 @@ struct ParamUses;
 /// Returns the sum of the losses. `ps`: model.parameters().
 template <class T>
 double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps);
+
+/// Per-layer clipping's layers: the parameters' names up to their last '.',
+/// each once, in order of first appearance.
+template <class T>
+std::vector<std::string> clip_layers(const std::vector<TensorT<T>>& ps);
 
 /// Per parameter of `ps`, in order, its grouped uses on `tape` (null: unused).
 template <class T>

@@ -236,9 +236,15 @@ std::size_t PrivateTrainerT<T>::dataset_size() {
 }
 
 template <class T>
-RunPlan plan_run(const PrivateTrainingConfigT<T>& c, std::size_t dataset_size, std::size_t parameters) {
-  // adaptive clipping noises one more coordinate per step, the count (its grid draws are charged)
-  return RunPlan::make(plan_settings(c, *strategy_of(c)), dataset_size, parameters + (c.adaptive_clipping ? 1 : 0));
+RunPlan plan_run(const PrivateTrainingConfigT<T>& c, std::size_t dataset_size, std::size_t parameters,
+                 std::size_t layers) {
+  // adaptive clipping noises more coordinates per step, the counts: one, or one per layer (their grid draws
+  // are charged)
+  const auto strategy = strategy_of(c);
+  require(!strategy->adapts_layers() || layers > 0,
+          "plan_run: " + strategy->name() + " noises a count per layer; give the model's number of layers (clip_layers)");
+  const std::size_t counts = c.adaptive_clipping ? (strategy->adapts_layers() ? layers : 1) : 0;
+  return RunPlan::make(plan_settings(c, *strategy), dataset_size, parameters + counts);
 }
 
 template <class T>
@@ -249,6 +255,9 @@ void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
           "lr_final must be at most the optimizer's learning rate " + num(lr) + ", got " + num(c.lr_final));
   require(c.sat_rho >= 0 && std::isfinite(c.sat_rho), "sat_rho must be >= 0 and finite, got " + num(c.sat_rho));
   require(!c.adaptive_clipping || !c.non_private, "adaptive clipping belongs to private runs (it releases a noised count)");
+  require(c.adaptive_clipping || !strategy_of(c)->adapts_layers(),
+          strategy_of(c)->name() + " moves each layer's clip norm by a noised count of its own: it needs adaptive "
+          "clipping (adaptive_clipping: the quantile, the counts' noise and the step)");
   for (const auto& r : c.releases) {
     bool name_ok = !r.name.empty() && r.name.size() <= 64;
     for (char ch : r.name) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
@@ -265,7 +274,7 @@ void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
 
 template <class T>
 void PrivateTrainerT<T>::make_plan(std::size_t n) {
-  plan_ = plan_run(config_, n, model_.parameter_count());
+  plan_ = plan_run(config_, n, model_.parameter_count(), clip_layers(model_.parameters()).size());
   sampler_ = plan_.make_sampler();
 }
 
@@ -586,12 +595,23 @@ std::vector<std::string> PrivateTrainerT<T>::describe() const {
       lines.push_back("structural self-check of " + strategy_->name() + " on 4 synthetic records: passed in " +
                       privacy::format_number(self_check_seconds_, 3) + " s (docs/per-sample.md)");
     if (dp_->noise_reproducible()) lines.push_back(std::string("WARNING: reproducible noise: this run is ") + kNotPrivateReproducible);
-    if (const auto& a = dp_->config().adaptive)
-      lines.push_back("adaptive clipping: C follows the " + num(a->quantile) + " quantile of the norms (geometric step " +
-                      num(a->lr) + ", C in [" + num(a->min_clip_norm) + ", " + num(a->max_clip_norm) +
-                      "]), each step's count noised at " + num(a->count_noise) + " and accounted with the gradient, "
-                      "whose own noise multiplier is " + num(dp_->gradient_noise_multiplier()) + "; C is now " +
-                      num(dp_->clip_norm()) + (a->normalise ? "; the noised sum is taken in units of C" : ""));
+    if (const auto& a = dp_->config().adaptive) {
+      const auto layers = dp_->layer_clip_norms();
+      std::string now = num(dp_->clip_norm());
+      if (!layers.empty()) {
+        now += " (";
+        for (std::size_t g = 0; g < layers.size(); ++g) now += (g ? ", " : "") + layers[g].first + " " + num(layers[g].second);
+        now += ")";
+      }
+      lines.push_back("adaptive clipping: " + std::string(layers.empty() ? "C follows" : "each layer's C_g follows") +
+                      " the " + num(a->quantile) + " quantile of the " + (layers.empty() ? "" : "layer's ") +
+                      "norms (geometric step " + num(a->lr) + ", " + (layers.empty() ? "C" : "C_g") + " in [" +
+                      num(a->min_clip_norm) + ", " + num(a->max_clip_norm) + "]), each step's count" +
+                      (layers.empty() ? "" : "s") + " noised at " + num(a->count_noise) +
+                      " and accounted with the gradient, whose own noise multiplier is " +
+                      num(dp_->gradient_noise_multiplier()) + "; C is now " + now +
+                      (a->normalise ? "; the noised sum is taken in units of C" : ""));
+    }
     for (const auto& r : config_.releases)
       lines.push_back("released before training, " + r.name + ": " + (r.what.empty() ? "a private release" : r.what) +
                       ", noise multiplier " + num(r.noise_multiplier) + " (accounted with the run" +
@@ -961,8 +981,8 @@ template class PrivateTrainerT<float>;
 template class PrivateTrainerT<double>;
 template void check_training_config(const PrivateTrainingConfigT<float>&, double);
 template void check_training_config(const PrivateTrainingConfigT<double>&, double);
-template RunPlan plan_run(const PrivateTrainingConfigT<float>&, std::size_t, std::size_t);
-template RunPlan plan_run(const PrivateTrainingConfigT<double>&, std::size_t, std::size_t);
+template RunPlan plan_run(const PrivateTrainingConfigT<float>&, std::size_t, std::size_t, std::size_t);
+template RunPlan plan_run(const PrivateTrainingConfigT<double>&, std::size_t, std::size_t, std::size_t);
 template ReleaseBeforeTrainingT<float> private_feature_mean(std::size_t, double, double,
                                                             std::function<ArrayT<float>(const BatchT<float>&)>,
                                                             std::function<void(const ArrayT<float>&)>);

@@ -140,9 +140,12 @@ void check_training_config(const PrivateTrainingConfigT<T>& config, double lr);
 
 /// The plan a PrivateTrainerT built from `config` makes for `dataset_size`
 /// records and a model of `parameters` values, before any data is read (a
-/// search plans its trials with it: optim/run/tune.hpp).
+/// search plans its trials with it: optim/run/tune.hpp). `layers`: the model's
+/// clip_layers() count, which a "+layers:adaptive" strategy needs (it noises a
+/// count per layer); 0 refuses that strategy.
 template <class T>
-RunPlan plan_run(const PrivateTrainingConfigT<T>& config, std::size_t dataset_size, std::size_t parameters);
+RunPlan plan_run(const PrivateTrainingConfigT<T>& config, std::size_t dataset_size, std::size_t parameters,
+                 std::size_t layers = 0);
 
 /// What evaluate() measures on a data set: the loss, and the metrics that fit
 /// the model's loss (ModelT::loss_name): "accuracy" for cross-entropy (the

@@ -55,10 +55,10 @@ struct TrialCurve {
 };
 
 template <class T>
-TrialCurve trial_curve(PrivateTrainingConfigT<T> cfg, std::size_t n_train, std::size_t parameters, double sigma,
-                       double score_sigma) {
+TrialCurve trial_curve(PrivateTrainingConfigT<T> cfg, std::size_t n_train, std::size_t parameters, std::size_t layers,
+                       double sigma, double score_sigma) {
   cfg.noise_multiplier = sigma;
-  const RunPlan plan = plan_run(cfg, n_train, parameters);
+  const RunPlan plan = plan_run(cfg, n_train, parameters, layers);
   auto acc = plan.make_accountant(true);
   acc->step(plan.sampling_rate(), plan.accounted_noise_multiplier(), plan.total_steps());
   acc->step(1.0, score_sigma, 1);  // the score: a count of sensitivity 1 with noise std score_sigma
@@ -182,7 +182,7 @@ std::string SearchResultT<T>::privacy_statement() const {
 // ---------------------------------------------------------------- the plan
 
 template <class T>
-SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size_t parameters) {
+SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size_t parameters, std::size_t layers) {
   c.space.check();
   c.trials.check();
   require(std::isfinite(c.target_epsilon) && c.target_epsilon > 0,
@@ -225,7 +225,7 @@ SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size
   auto search_at = [&](double sigma) {
     TrialCurve worst;
     for (const auto& s : cases) {
-      const TrialCurve t = trial_curve(trial_config(c, s, sigma, p.delta), p.train_records, parameters, sigma,
+      const TrialCurve t = trial_curve(trial_config(c, s, sigma, p.delta), p.train_records, parameters, layers, sigma,
                                        p.score_noise_multiplier);
       if (worst.orders.empty()) worst = t;
       for (std::size_t i = 0; i < t.rdp.size(); ++i) worst.rdp[i] = std::max(worst.rdp[i], t.rdp[i]);
@@ -282,14 +282,15 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
 
   // ---- the plan, from a model built for the space's first settings (its size is the trials')
   TrialSettings probe = accounting_cases(c).front();
-  std::size_t parameters = 0;
+  std::size_t parameters = 0, layers = 0;
   {
     TrialModelT<T> m = factory(probe);
     require(m.model && m.optimizer, "tune: the trial factory returned no model or no optimizer");
     parameters = m.model->parameter_count();
+    layers = clip_layers(m.model->parameters()).size();
   }
   SearchResultT<T> result;
-  result.plan = plan_search(c, data.examples(), parameters);
+  result.plan = plan_search(c, data.examples(), parameters, layers);
   const SearchPlan& plan = result.plan;
   const nlohmann::json identity = search_identity(c, plan);
 
@@ -442,8 +443,8 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
 
 template struct SearchResultT<float>;
 template struct SearchResultT<double>;
-template SearchPlan plan_search(const SearchConfigT<float>&, std::size_t, std::size_t);
-template SearchPlan plan_search(const SearchConfigT<double>&, std::size_t, std::size_t);
+template SearchPlan plan_search(const SearchConfigT<float>&, std::size_t, std::size_t, std::size_t);
+template SearchPlan plan_search(const SearchConfigT<double>&, std::size_t, std::size_t, std::size_t);
 template SearchResultT<float> tune(const TrialFactoryT<float>&, const BatchT<float>&, SearchConfigT<float>,
                                    const std::function<void(double)>&);
 template SearchResultT<double> tune(const TrialFactoryT<double>&, const BatchT<double>&, SearchConfigT<double>,

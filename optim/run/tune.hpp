@@ -124,10 +124,12 @@ using SearchResult = SearchResultT<float>;
 /// Plans a search on `records` records for models of `parameters` values:
 /// calibrates the trials' noise multiplier for config.target_epsilon (the
 /// score's noise, every configuration of the space and the releases before it
-/// included). Throws std::invalid_argument naming the first problem (a target
-/// out of reach says what is reachable).
+/// included). `layers`: the models' clip_layers() count, which a
+/// "+layers:adaptive" strategy needs (as plan_run). Throws std::invalid_argument
+/// naming the first problem (a target out of reach says what is reachable).
 template <class T>
-SearchPlan plan_search(const SearchConfigT<T>& config, std::size_t records, std::size_t parameters);
+SearchPlan plan_search(const SearchConfigT<T>& config, std::size_t records, std::size_t parameters,
+                       std::size_t layers = 0);
 
 /// Runs the search on `data` (the private records: a held-out part scores, the
 /// rest trains). `progress`, if given, is called with the seconds elapsed and

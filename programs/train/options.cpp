@@ -79,7 +79,8 @@ void for_each_option(O& o, F&& f) {
   f("max-steps", o.max_steps, "stop after this many steps (0: no limit)", kRun);
   f("clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M; per layer (each layer's part clipped to "
     "its share of C, the shares' squares summing to 1): ghost+layers (equal shares), ghost+layers:size (by the "
-    "layers' sizes), likewise vanilla and naive", kRun);
+    "layers' sizes), ghost+layers:adaptive (each layer's C_g follows --clip-quantile on its own), likewise vanilla "
+    "and naive", kRun);
   f("clip-norm", o.clip_norm, "per-sample clipping norm C (with --clip-quantile: the first step's)", kRun);
   f("clip-quantile", o.clip_quantile, "GAMMA in [0, 1]: adaptive clipping, C follows this quantile of the per-sample "
     "norms through a noised count each step, accounted with the gradient (docs/adaptive-clipping.md)", kRun);
@@ -183,6 +184,9 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
   if (dp) {
     require(o.strategy != "none", "--clip-strategy none is not private; use a non-dp optimizer for that");
     const ClipSpec spec = parse_clip_spec(o.strategy);  // throws on an unknown one
+    require(spec.layers != ClipSpec::Layers::adaptive || o.clip_quantile,
+            "--clip-strategy " + o.strategy + " moves each layer's clip norm towards a quantile of its norms: give "
+            "--clip-quantile GAMMA");
     require(spec.kind != ClipSpec::Kind::jl || spec.directions <= 1000,
             fmt::format("--clip-strategy {}: each of the K directions is a forward pass, so a step costs about K "
                         "non-private steps (jl:1000 took 26 s a step on cnn26k); at most jl:1000 (ghost and vanilla "

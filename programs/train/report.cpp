@@ -88,6 +88,7 @@ json summary_row(const RunFacts& f, const TrainResult& r, json last, double seco
     s.update({{"clip_strategy", t.clipping().name()}, {"noise_multiplier", t.noise_multiplier()},
               {"sampling_rate", t.sampling_rate()}, {"noise_generator", t.noise_generator()}});
   if (o.clip_quantile) s["clip_norm"] = t.dp_optimizer().clip_norm();  // adaptive: where C ended
+  for (const auto& [layer, c] : t.dp_optimizer().layer_clip_norms()) s["layer_clip_norms"][layer] = c;  // per layer
   if (o.centre_features > 0) s["centre_noise_multiplier"] = o.centre_features;  // the release before training
   if (!o.checkpoint_dir.empty()) s["checkpoint"] = t.steps_done();
   if (!t.extension().empty()) s["extended"] = t.extension();  // this session went on under a larger budget
@@ -106,6 +107,12 @@ void print_summary(const RunFacts& f, const json& s) {
                                   "rank)", f.comm->describe(), s["communication_seconds"].get<double>(),
                                   s["wait_seconds"].get<double>())
                     : "");
+  if (s.contains("layer_clip_norms")) {
+    std::string layers;
+    for (const auto& [layer, c] : s["layer_clip_norms"].items())
+      layers += fmt::format("{}{} {:.4g}", layers.empty() ? "" : ", ", layer, c.get<double>());
+    fmt::print("each layer's clip norm now: {}\n", layers);
+  }
 }
 
 std::string plot_title(const RunFacts& f) {

@@ -272,3 +272,202 @@ TEST_CASE("adaptive clipping: by default the noised sum is taken in units of C, 
     CHECK(double(xt::amax(xt::abs(scaled[i] * 0.04 - raw[i]))()) < 1e-12 * (1 + double(xt::amax(xt::abs(raw[i]))())));
   CHECK(relative(scaled_variance * 0.04 * 0.04, raw_variance) < 1e-12);
 }
+
+// ---------------------------------------------------------------- per layer ("+layers:adaptive")
+
+namespace {
+
+/// Each step's C_g (before the step), and the released fractions, of a run
+/// whose parameters barely move (lr 1e-12).
+struct LayerRun {
+  std::vector<std::vector<double>> clip_norms;  // per step, per layer
+  std::vector<std::vector<double>> fractions;   // per step, per layer
+  std::vector<double> final_clip_norms;
+};
+
+LayerRun layer_run(const BatchT<double>& data, const PrivateTrainingConfigT<double>& c) {
+  FastRng init(3);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 1e-12, 0.0);
+  PrivateTrainerT<double> t(*model, sgd, data, c);
+  LayerRun r;
+  auto now = [&] {
+    std::vector<double> v;
+    for (const auto& [name, c_g] : t.dp_optimizer().layer_clip_norms()) v.push_back(c_g);
+    return v;
+  };
+  while (!t.done()) {
+    r.clip_norms.push_back(now());
+    r.fractions.push_back(t.step().layer_unclipped_fractions);
+  }
+  r.final_clip_norms = now();
+  return r;
+}
+
+/// Per layer (dense1, dense2), the median of the records' layer-part norms from
+/// the per-example loop (naive+layers, C = 10^300: nothing clipped).
+std::vector<double> layer_medians(const BatchT<double>& data) {
+  FastRng init(3), rng(1);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  auto naive = make_clip_strategy<double>("naive+layers");
+  const ArrayT<double> norms = naive->clipped_sum(*model, data, 1e300, rng).layer_norms;
+  std::vector<double> medians;
+  for (std::size_t g = 0; g < norms.shape(0); ++g) {
+    std::vector<double> v;
+    for (std::size_t i = 0; i < norms.shape(1); ++i) v.push_back(norms(g, i));
+    std::sort(v.begin(), v.end());
+    medians.push_back(v[v.size() / 2]);
+  }
+  return medians;
+}
+
+}  // namespace
+
+TEST_CASE("per-layer adaptive clipping: G counts, the gradient's noise multiplier, and the joint release is sigma") {
+  const BatchT<double> data = records(1000, 12);
+  for (const auto& [sigma, sigma_b] : std::vector<std::pair<double, double>>{{1.0, 10.0}, {1.0, 0.8}, {3.0, 2.5}}) {
+    CAPTURE(sigma);
+    CAPTURE(sigma_b);
+    PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3, "ghost+layers:adaptive");
+    c.noise_multiplier = sigma;
+    c.adaptive_clipping->count_noise = sigma_b;
+    FastRng init(3);
+    auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+    SgdT<double> sgd(model->parameters(), 0.1, 0.0);
+    PrivateTrainerT<double> t(*model, sgd, data, c);
+    const DPOptimizerT<double>& dp = t.dp_optimizer();
+    const double G = 2;  // dense1, dense2
+    REQUIRE(dp.layer_clip_norms().size() == 2);
+    CHECK(dp.layer_clip_norms()[0].first == "dense1");
+    // sigma^-2 = sigma_g^-2 + G (2 sigma_b)^-2, written out
+    const double expected = 1 / std::sqrt(1 / (sigma * sigma) - G / (4 * sigma_b * sigma_b));
+    CHECK(relative(dp.gradient_noise_multiplier(), expected) < 1e-12);
+    // each layer starts at C / sqrt(G), so the total is C
+    for (const auto& [name, c_g] : dp.layer_clip_norms()) CHECK(relative(c_g, 1 / std::sqrt(G)) < 1e-15);
+    CHECK(relative(dp.clip_norm(), 1.0) < 1e-15);
+    // a record's (clipped gradient, G count shares) in units of the noise's std: at most 1 / sigma
+    const double noise = dp.gradient_noise_multiplier() * dp.clip_norm(), share = noise / sigma_b / 2;
+    const double joint = std::sqrt(dp.grid_clip_norm() * dp.grid_clip_norm() + G * share * share) / noise;
+    CHECK(joint <= 1 / sigma);
+    CHECK(joint > 0.999 / sigma);
+    // the plan charges the grid's draws for the parameters and the two counts
+    CHECK(t.plan().parameters() == model->parameter_count() + 2);
+    const StepStats st = t.step();
+    CHECK(st.layer_unclipped_fractions.size() == 2);
+    CHECK(t.accountant()->ledger().back().noise_multiplier == sigma);
+  }
+  // sqrt(G) sigma_b must exceed... 2 sigma_b > sqrt(2) sigma: 2 * 0.7 = 1.4 < 1.414 is refused, as 0.75 is not
+  PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3, "ghost+layers:adaptive");
+  c.adaptive_clipping->count_noise = 0.7;
+  FastRng init(3);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 0.1, 0.0);
+  CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*model, sgd, data, c), doctest::Contains("sqrt(layers) / 2 times"),
+                       std::invalid_argument);
+  c.adaptive_clipping->count_noise = 0.75;
+  CHECK_NOTHROW(PrivateTrainerT<double>(*model, sgd, data, c));
+}
+
+TEST_CASE("per-layer adaptive clipping: each C_g reaches the median of its layer's norms from the per-example loop") {
+  const BatchT<double> data = records(2000, 13);
+  const std::vector<double> medians = layer_medians(data);
+  REQUIRE(medians.size() == 2);
+  CAPTURE(medians[0]);
+  CAPTURE(medians[1]);
+  const double total = std::hypot(medians[0], medians[1]);
+  for (const double start : {total / 30, total * 30}) {
+    CAPTURE(start);
+    const LayerRun r = layer_run(data, adaptive_config(start, 300, "ghost+layers:adaptive"));
+    for (std::size_t g = 0; g < 2; ++g) {
+      CAPTURE(g);
+      double mean_log = 0, fraction = 0;
+      for (std::size_t i = 200; i < 300; ++i) mean_log += std::log(r.clip_norms[i][g]) / 100;
+      for (std::size_t i = 200; i < 300; ++i) fraction += r.fractions[i][g] / 100;
+      CAPTURE(std::exp(mean_log));
+      CHECK(relative(std::exp(mean_log), medians[g]) < 0.15);
+      CHECK(std::abs(fraction - 0.5) < 0.05);
+    }
+  }
+}
+
+TEST_CASE("per-layer adaptive clipping: naive, vanilla, ghost and physical batches follow the loop's trajectory") {
+  const BatchT<double> data = records(600, 14);
+  const LayerRun loop = layer_run(data, adaptive_config(0.05, 40, "naive+layers:adaptive"));
+  auto same = [&](const LayerRun& other) {
+    REQUIRE(other.clip_norms.size() == loop.clip_norms.size());
+    for (std::size_t i = 0; i < loop.clip_norms.size(); ++i)
+      for (std::size_t g = 0; g < 2; ++g) {
+        CHECK(relative(other.clip_norms[i][g], loop.clip_norms[i][g]) < 1e-9);
+        CHECK(relative(other.fractions[i][g], loop.fractions[i][g]) < 1e-9);
+      }
+  };
+  for (const std::string strategy : {"vanilla+layers:adaptive", "ghost+layers:adaptive"}) {
+    CAPTURE(strategy);
+    same(layer_run(data, adaptive_config(0.05, 40, strategy)));
+  }
+  PrivateTrainingConfigT<double> chunks = adaptive_config(0.05, 40, "ghost+layers:adaptive");
+  chunks.physical_batch_size = 37;
+  same(layer_run(data, chunks));
+  // both layers moved, and not in step: each follows its own count
+  CHECK(loop.final_clip_norms[0] != loop.final_clip_norms[1]);
+  CHECK(loop.final_clip_norms[0] > 0.05 / std::sqrt(2.0));
+}
+
+TEST_CASE("per-layer adaptive clipping: the C_g are in the checkpoint, and a resumed run ends where an uninterrupted one does") {
+  const BatchT<double> data = records(600, 15);
+  test::TempDir dir("dpgrad-layer-adaptive");
+  const PrivateTrainingConfigT<double> c = adaptive_config(0.02, 30, "ghost+layers:adaptive");
+  auto make = [](std::uint64_t seed) {
+    FastRng init(seed);
+    return make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  };
+  auto whole_model = make(3);
+  SgdT<double> sgd(whole_model->parameters(), 0.1, 0.9);
+  PrivateTrainerT<double> whole(*whole_model, sgd, data, c);
+  while (!whole.done()) whole.step();
+  {
+    auto m = make(3);
+    SgdT<double> s(m->parameters(), 0.1, 0.9);
+    PrivateTrainerT<double> first(*m, s, data, c);
+    for (int i = 0; i < 13; ++i) first.step();
+    first.save(dir.path);
+  }
+  auto m = make(99);
+  SgdT<double> s(m->parameters(), 0.1, 0.9);
+  PrivateTrainerT<double> resumed(*m, s, data, c, dir.path);
+  CHECK(resumed.steps_done() == 13);
+  while (!resumed.done()) resumed.step();
+  CHECK(resumed.dp_optimizer().layer_clip_norms() == whole.dp_optimizer().layer_clip_norms());
+  const auto a = whole_model->parameters(), b = m->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(xt::amax(xt::abs(a[i].value() - b[i].value()))()) == 0);
+  CHECK(resumed.epsilon() == whole.epsilon());
+}
+
+TEST_CASE("per-layer adaptive clipping: refused without adaptive clipping, with fixed shares, and unplanned") {
+  const BatchT<double> data = records(400, 16);
+  FastRng init(3);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 0.1, 0.0);
+  PrivateTrainingConfigT<double> off = adaptive_config(1, 5, "ghost+layers:adaptive");
+  off.adaptive_clipping.reset();
+  CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*model, sgd, data, off), doctest::Contains("it needs adaptive clipping"),
+                       std::invalid_argument);
+  // a plan without the model's layers cannot charge the counts' draws
+  CHECK_THROWS_WITH_AS(plan_run(adaptive_config(1, 5, "ghost+layers:adaptive"), 400, 100),
+                       doctest::Contains("noises a count per layer"), std::invalid_argument);
+  CHECK(plan_run(adaptive_config(1, 5, "ghost+layers:adaptive"), 400, 100, 3).parameters() == 103);
+  CHECK(plan_run(adaptive_config(1, 5, "ghost"), 400, 100).parameters() == 101);
+  // only adaptive layers take shares; shares whose squares do not sum to 1 are refused
+  CHECK_THROWS_AS(make_clip_strategy<double>("ghost+layers")->set_layer_shares({0.6, 0.8}), std::logic_error);
+  auto adaptive = make_clip_strategy<double>("ghost+layers:adaptive");
+  CHECK(adaptive->adapts_layers());
+  CHECK_THROWS_WITH_AS(adaptive->set_layer_shares({0.5, 0.5}), doctest::Contains("squares summing to 1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(adaptive->set_layer_shares({1.0, 0.0}), doctest::Contains("finite and > 0"), std::invalid_argument);
+  adaptive->set_layer_shares({0.6, 0.8, 0.0 + 1e-300});
+  FastRng rng(1);
+  CHECK_THROWS_WITH_AS(adaptive->clipped_sum(*model, data, 1.0, rng), doctest::Contains("3 layer shares set for a model of 2"),
+                       std::invalid_argument);
+  CHECK(parse_clip_spec("vanilla+layers:adaptive").layers == ClipSpec::Layers::adaptive);
+  CHECK_THROWS_WITH_AS(parse_clip_spec("jl:4+layers:adaptive"), doctest::Contains("applies to naive"), std::invalid_argument);
+}

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -399,7 +400,19 @@ TEST_CASE("dpgrad-train --clip-quantile: C is reported, checkpointed and resumed
   REQUIRE(rest.status == 0);
   CHECK(last_json(rest.out)["clip_norm"] == end["clip_norm"]);  // C came back from the checkpoint
   CHECK(last_json(rest.out)["epsilon"] == end["epsilon"]);
+  // per layer: each layer's C_g is reported, and their squares add up to C^2
+  const Run layers = run_argv(with("1", {"--clip-strategy", "ghost+layers:adaptive"}));
+  REQUIRE(layers.status == 0);
+  const auto by_layer = last_json(layers.out);
+  REQUIRE(by_layer.contains("layer_clip_norms"));
+  CHECK(by_layer["layer_clip_norms"].size() >= 2);
+  double squares = 0;
+  for (const auto& [layer, c] : by_layer["layer_clip_norms"].items()) squares += c.get<double>() * c.get<double>();
+  CHECK(std::abs(std::sqrt(squares) / by_layer["clip_norm"].get<double>() - 1) < 1e-6);
+  CHECK(by_layer["clip_strategy"] == "ghost+layers:adaptive");
   for (const auto& [flags, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--optimizer", "dp-sgd", "--noise-multiplier", "1", "--clip-strategy", "ghost+layers:adaptive"},
+            "give --clip-quantile GAMMA"},
            {{"--clip-lr", "0.5"}, "adaptive clipping, which is off"},
            {{"--clip-count-noise", "3"}, "adaptive clipping, which is off"},
            {{"--clip-quantile", "0.5"}, "needs a dp-* optimizer"},
