@@ -126,8 +126,9 @@ struct Stepper {
     if (optimizer == "adam") base = std::make_unique<AdamT<float>>(model.parameters(), 1e-3);
     else base = std::make_unique<SgdT<float>>(model.parameters(), 0.01);
     sampler = make_sampler("poisson", std::max<std::size_t>(b, std::size_t(kNotionalDatasetSize)), b);
-    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, DPConfig{}, *sampler, noise_rng,
-                                                aux_rng, nullptr);
+    DPConfig config;
+    if (strategy->adapts_layers()) config.adaptive = AdaptiveClipping{};  // "+layers:adaptive": its C_g move, as in a run
+    opt = std::make_unique<DPOptimizerT<float>>(model, *base, *strategy, config, *sampler, noise_rng, aux_rng, nullptr);
   }
   double step_ms(const BatchT<float>& batch) {
     auto t0 = std::chrono::steady_clock::now();
@@ -455,7 +456,7 @@ SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, 
       rep.say("    {:<22} {}{} {:>6}x{:>5}x{:>6} x{:<4} {:>8.3f} ms {:>7.1f} GFLOP/s\n", g.what, g.trans_a ? "T" : "N",
               g.trans_b ? "T" : "N", g.m, g.n, g.k, g.count, s * 1e3, g.flops() / s * 1e-9);
     }
-  rep.say("  {:<18} {:>10} {:>19} {:>8} {:>9} {:>8} {:>7} {:>8}  {}\n", "method", "ms/step", "min-max", "x none",
+  rep.say("  {:<21} {:>10} {:>19} {:>8} {:>9} {:>8} {:>7} {:>8}  {}\n", "method", "ms/step", "min-max", "x none",
           "peak MB", "step MB", "x mem", "GFLOP/s", "target");
 
   // none first: every other row's memory ratio needs its peak
@@ -501,10 +502,10 @@ SpeedBlock run_speed(const Options& o, const std::string& model, std::size_t b, 
     }
     if (m == "none" && !show_none) continue;
     if (r.error.empty())
-      rep.say("  {:<18} {:>10} {:>19} {:>8} {:>9} {:>8} {:>7} {:>8}  {}\n", m, num(r.ms, "{:.2f}"),
+      rep.say("  {:<21} {:>10} {:>19} {:>8} {:>9} {:>8} {:>7} {:>8}  {}\n", m, num(r.ms, "{:.2f}"),
               num(r.ms_min, "{:.2f}") + "-" + num(r.ms_max, "{:.2f}"), num(r.ratio, "{:.2f}"), num(r.peak_mb),
               num(r.step_mb), num(r.memory_ratio, "{:.2f}"), num(r.gflops), target_verdict(r));
-    else rep.say("  {:<18} error: {}\n", m, r.error);
+    else rep.say("  {:<21} error: {}\n", m, r.error);
     rep.emit({{"model", model}, {"method", m}, {"batch", b}, {"optimizer", o.optimizer}, {"steps", r.steps},
               {"ms_per_step", jnum(r.ms)}, {"ms_min", jnum(r.ms_min)}, {"ms_max", jnum(r.ms_max)},
               {"ratio_to_none", jnum(r.ratio)}, {"peak_rss_mb", jnum(r.peak_mb)}, {"step_rss_mb", jnum(r.step_mb)},
@@ -670,11 +671,11 @@ FitBlock run_fit(const Options& o, const std::string& model, Reporter& rep) {
     std::string ratio = none && none->max_batch && m != "none"
                             ? fmt::format(" = {:.2f}x none", double(r.max_batch) / double(none->max_batch))
                             : "";
-    rep.say("  {:<18} max batch {}{}{}{} ({} probes, {:.0f} s) {}\n", m, fit_value(r), ratio,
+    rep.say("  {:<21} max batch {}{}{}{} ({} probes, {:.0f} s) {}\n", m, fit_value(r), ratio,
             std::isfinite(r.peak_mb) ? fmt::format(", peak RSS {:.0f} MB", r.peak_mb) : "",
             std::isfinite(r.predicted) ? fmt::format(", linear prediction {:.0f}", r.predicted) : "", r.probes,
             r.seconds, fit_target(r, none ? &*none : nullptr));
-    if (!r.error.empty()) rep.say("  {:<18} error: {}\n", m, r.error);
+    if (!r.error.empty()) rep.say("  {:<21} error: {}\n", m, r.error);
     rep.emit({{"model", model}, {"method", m}, {"max_batch", r.max_batch}, {"memory_limit_gb", o.memory_limit_gb},
               {"limit", o.limit}, {"exact", r.exact}, {"first_not_fitting", r.upper ? json(r.upper) : json(nullptr)},
               {"predicted_max_batch", jnum(r.predicted)}, {"peak_rss_mb", jnum(r.peak_mb)}, {"probes", r.probes},

@@ -6,6 +6,7 @@
 // loop's trajectory, the refusals, and C surviving a resume.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,17 @@ struct Run {
   std::vector<double> clip_norms;  // C of each step
   std::vector<double> fractions;   // the released unclipped fraction of each step
   double final_clip_norm = 0;
+  // "+layers:adaptive": per step, per layer, C_g (before the step) and the released fraction; at the end, the C_g
+  std::vector<std::vector<double>> layer_clip_norms, layer_fractions;
+  std::vector<double> final_layer_clip_norms;
 };
+
+/// The C_g of a per-layer run, in the layers' order (empty for a flat one).
+std::vector<double> layer_clip_norms(const DPOptimizerT<double>& dp) {
+  std::vector<double> v;
+  for (const auto& [name, c_g] : dp.layer_clip_norms()) v.push_back(c_g);
+  return v;
+}
 
 PrivateTrainingConfigT<double> adaptive_config(double c0, long steps, const std::string& strategy = "ghost") {
   PrivateTrainingConfigT<double> c;
@@ -69,11 +80,14 @@ Run run(const BatchT<double>& data, const PrivateTrainingConfigT<double>& c) {
   PrivateTrainerT<double> t(*model, sgd, data, c);
   Run r;
   while (!t.done()) {
+    r.layer_clip_norms.push_back(layer_clip_norms(t.dp_optimizer()));
     const StepStats st = t.step();
     r.clip_norms.push_back(st.clip_norm);
     r.fractions.push_back(st.unclipped_fraction);
+    r.layer_fractions.push_back(st.layer_unclipped_fractions);
   }
   r.final_clip_norm = t.dp_optimizer().clip_norm();
+  r.final_layer_clip_norms = layer_clip_norms(t.dp_optimizer());
   return r;
 }
 
@@ -88,37 +102,81 @@ double median_norm(const BatchT<double>& data) {
   return v[v.size() / 2];
 }
 
+/// Calls check(trainer) for a trainer of `strategy` at noise multiplier sigma
+/// and count noise sigma_b (adaptive_config's other settings, a fixed model and data).
+void with_trainer(const std::string& strategy, double sigma, double sigma_b,
+                  const std::function<void(PrivateTrainerT<double>&)>& check) {
+  const BatchT<double> data = records(1000, 5);
+  PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3, strategy);
+  c.noise_multiplier = sigma;
+  c.adaptive_clipping->count_noise = sigma_b;
+  FastRng init(3);
+  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  SgdT<double> sgd(model->parameters(), 0.1, 0.0);
+  PrivateTrainerT<double> t(*model, sgd, data, c);
+  check(t);
+}
+
+/// A run of `c` whole, and the same run saved after 13 steps and resumed into a
+/// model of other initial values: the clip state (`clip`: C, or the C_g) moved
+/// by then, and the two runs end with the same clip state, parameters and epsilon.
+void check_resume(const PrivateTrainingConfigT<double>& c,
+                  const std::function<std::vector<double>(const DPOptimizerT<double>&)>& clip) {
+  const BatchT<double> data = records(600, 10);
+  test::TempDir dir("dpgrad-adaptive");
+  auto make = [](std::uint64_t seed) {
+    FastRng init(seed);
+    return make_mlp<double>({8, 16, 3}, Activation::tanh, init);
+  };
+  auto whole_model = make(3);
+  SgdT<double> sgd(whole_model->parameters(), 0.1, 0.9);
+  PrivateTrainerT<double> whole(*whole_model, sgd, data, c);
+  const std::vector<double> first_clip = clip(whole.dp_optimizer());
+  while (!whole.done()) whole.step();
+  {
+    auto m = make(3);
+    SgdT<double> s(m->parameters(), 0.1, 0.9);
+    PrivateTrainerT<double> first(*m, s, data, c);
+    for (int i = 0; i < 13; ++i) first.step();
+    CHECK(clip(first.dp_optimizer()) != first_clip);
+    first.save(dir.path);
+  }
+  auto m = make(99);
+  SgdT<double> s(m->parameters(), 0.1, 0.9);
+  PrivateTrainerT<double> resumed(*m, s, data, c, dir.path);
+  CHECK(resumed.steps_done() == 13);
+  while (!resumed.done()) resumed.step();
+  CHECK(clip(resumed.dp_optimizer()) == clip(whole.dp_optimizer()));
+  const auto a = whole_model->parameters(), b = m->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(xt::amax(xt::abs(a[i].value() - b[i].value()))()) == 0);
+  CHECK(resumed.epsilon() == whole.epsilon());
+}
+
 }  // namespace
 
 TEST_CASE("adaptive clipping: the gradient's noise multiplier is the paper's, and the joint release is sigma") {
   // closed forms: sigma 1, sigma_b 1: 2 / sqrt(3); sigma 1, sigma_b 5 (m = 100, sigma_b = m / 20): 1 / sqrt(0.99)
   CHECK(relative(paper_sigma_g(1, 1), 2 / std::sqrt(3.0)) < 1e-14);
   CHECK(relative(paper_sigma_g(1, 5), 1 / std::sqrt(0.99)) < 1e-14);
-  const BatchT<double> data = records(1000, 5);
   for (const auto& [sigma, sigma_b] : std::vector<std::pair<double, double>>{{1.0, 10.0}, {1.0, 0.6}, {3.0, 2.0}, {0.7, 1e6}}) {
     CAPTURE(sigma);
     CAPTURE(sigma_b);
-    PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3);
-    c.noise_multiplier = sigma;
-    c.adaptive_clipping->count_noise = sigma_b;
-    FastRng init(3);
-    auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
-    SgdT<double> sgd(model->parameters(), 0.1, 0.0);
-    PrivateTrainerT<double> t(*model, sgd, data, c);
-    const DPOptimizerT<double>& dp = t.dp_optimizer();
-    const double sg = dp.gradient_noise_multiplier();
-    CHECK(relative(sg, paper_sigma_g(sigma, sigma_b)) < 1e-12);
-    CHECK(sg > sigma);
-    if (sigma_b > 1e5) CHECK(relative(sg, sigma) < 1e-9);  // the limit: no count, sigma itself
-    // a record's (clipped gradient, count share) in units of the noise's std sigma_g C: its norm
-    // must be at most 1 / sigma, the accountant's sensitivity over noise
-    const double C = dp.clip_norm(), noise = sg * C, share = noise / sigma_b / 2;
-    const double joint = std::hypot(dp.grid_clip_norm(), share) / noise;
-    CHECK(joint <= 1 / sigma);
-    CHECK(joint > 0.999 / sigma);  // and the grid's allowance takes little of it
-    CHECK(t.accountant() != nullptr);
-    t.step();
-    CHECK(t.accountant()->ledger().back().noise_multiplier == sigma);  // the accountant sees sigma itself
+    with_trainer("ghost", sigma, sigma_b, [&, sigma = sigma, sigma_b = sigma_b](PrivateTrainerT<double>& t) {
+      const DPOptimizerT<double>& dp = t.dp_optimizer();
+      const double sg = dp.gradient_noise_multiplier();
+      CHECK(relative(sg, paper_sigma_g(sigma, sigma_b)) < 1e-12);
+      CHECK(sg > sigma);
+      if (sigma_b > 1e5) CHECK(relative(sg, sigma) < 1e-9);  // the limit: no count, sigma itself
+      // a record's (clipped gradient, count share) in units of the noise's std sigma_g C: its norm
+      // must be at most 1 / sigma, the accountant's sensitivity over noise
+      const double C = dp.clip_norm(), noise = sg * C, share = noise / sigma_b / 2;
+      const double joint = std::hypot(dp.grid_clip_norm(), share) / noise;
+      CHECK(joint <= 1 / sigma);
+      CHECK(joint > 0.999 / sigma);  // and the grid's allowance takes little of it
+      CHECK(t.accountant() != nullptr);
+      t.step();
+      CHECK(t.accountant()->ledger().back().noise_multiplier == sigma);  // the accountant sees sigma itself
+    });
   }
 }
 
@@ -219,34 +277,7 @@ TEST_CASE("adaptive clipping: jl:K, a run without noise, a count noise of sigma 
 }
 
 TEST_CASE("adaptive clipping: C is in the checkpoint, and a resumed run ends where an uninterrupted one does") {
-  const BatchT<double> data = records(600, 10);
-  test::TempDir dir("dpgrad-adaptive");
-  const PrivateTrainingConfigT<double> c = adaptive_config(0.02, 30);
-  auto make = [](std::uint64_t seed) {
-    FastRng init(seed);
-    return make_mlp<double>({8, 16, 3}, Activation::tanh, init);
-  };
-  auto whole_model = make(3);
-  SgdT<double> sgd(whole_model->parameters(), 0.1, 0.9);
-  PrivateTrainerT<double> whole(*whole_model, sgd, data, c);
-  while (!whole.done()) whole.step();
-  {
-    auto m = make(3);
-    SgdT<double> s(m->parameters(), 0.1, 0.9);
-    PrivateTrainerT<double> first(*m, s, data, c);
-    for (int i = 0; i < 13; ++i) first.step();
-    CHECK(first.dp_optimizer().clip_norm() != 0.02);
-    first.save(dir.path);
-  }
-  auto m = make(99);
-  SgdT<double> s(m->parameters(), 0.1, 0.9);
-  PrivateTrainerT<double> resumed(*m, s, data, c, dir.path);
-  CHECK(resumed.steps_done() == 13);
-  while (!resumed.done()) resumed.step();
-  CHECK(resumed.dp_optimizer().clip_norm() == whole.dp_optimizer().clip_norm());
-  const auto a = whole_model->parameters(), b = m->parameters();
-  for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(xt::amax(xt::abs(a[i].value() - b[i].value()))()) == 0);
-  CHECK(resumed.epsilon() == whole.epsilon());
+  check_resume(adaptive_config(0.02, 30), [](const DPOptimizerT<double>& dp) { return std::vector<double>{dp.clip_norm()}; });
 }
 
 TEST_CASE("adaptive clipping: by default the noised sum is taken in units of C, so a step's size does not follow C") {
@@ -277,33 +308,6 @@ TEST_CASE("adaptive clipping: by default the noised sum is taken in units of C, 
 
 namespace {
 
-/// Each step's C_g (before the step), and the released fractions, of a run
-/// whose parameters barely move (lr 1e-12).
-struct LayerRun {
-  std::vector<std::vector<double>> clip_norms;  // per step, per layer
-  std::vector<std::vector<double>> fractions;   // per step, per layer
-  std::vector<double> final_clip_norms;
-};
-
-LayerRun layer_run(const BatchT<double>& data, const PrivateTrainingConfigT<double>& c) {
-  FastRng init(3);
-  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
-  SgdT<double> sgd(model->parameters(), 1e-12, 0.0);
-  PrivateTrainerT<double> t(*model, sgd, data, c);
-  LayerRun r;
-  auto now = [&] {
-    std::vector<double> v;
-    for (const auto& [name, c_g] : t.dp_optimizer().layer_clip_norms()) v.push_back(c_g);
-    return v;
-  };
-  while (!t.done()) {
-    r.clip_norms.push_back(now());
-    r.fractions.push_back(t.step().layer_unclipped_fractions);
-  }
-  r.final_clip_norms = now();
-  return r;
-}
-
 /// Per layer (dense1, dense2), the median of the records' layer-part norms from
 /// the per-example loop (naive+layers, C = 10^300: nothing clipped).
 std::vector<double> layer_medians(const BatchT<double>& data) {
@@ -324,48 +328,37 @@ std::vector<double> layer_medians(const BatchT<double>& data) {
 }  // namespace
 
 TEST_CASE("per-layer adaptive clipping: G counts, the gradient's noise multiplier, and the joint release is sigma") {
-  const BatchT<double> data = records(1000, 12);
   for (const auto& [sigma, sigma_b] : std::vector<std::pair<double, double>>{{1.0, 10.0}, {1.0, 0.8}, {3.0, 2.5}}) {
     CAPTURE(sigma);
     CAPTURE(sigma_b);
-    PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3, "ghost+layers:adaptive");
-    c.noise_multiplier = sigma;
-    c.adaptive_clipping->count_noise = sigma_b;
-    FastRng init(3);
-    auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
-    SgdT<double> sgd(model->parameters(), 0.1, 0.0);
-    PrivateTrainerT<double> t(*model, sgd, data, c);
-    const DPOptimizerT<double>& dp = t.dp_optimizer();
-    const double G = 2;  // dense1, dense2
-    REQUIRE(dp.layer_clip_norms().size() == 2);
-    CHECK(dp.layer_clip_norms()[0].first == "dense1");
-    // sigma^-2 = sigma_g^-2 + G (2 sigma_b)^-2, written out
-    const double expected = 1 / std::sqrt(1 / (sigma * sigma) - G / (4 * sigma_b * sigma_b));
-    CHECK(relative(dp.gradient_noise_multiplier(), expected) < 1e-12);
-    // each layer starts at C / sqrt(G), so the total is C
-    for (const auto& [name, c_g] : dp.layer_clip_norms()) CHECK(relative(c_g, 1 / std::sqrt(G)) < 1e-15);
-    CHECK(relative(dp.clip_norm(), 1.0) < 1e-15);
-    // a record's (clipped gradient, G count shares) in units of the noise's std: at most 1 / sigma
-    const double noise = dp.gradient_noise_multiplier() * dp.clip_norm(), share = noise / sigma_b / 2;
-    const double joint = std::sqrt(dp.grid_clip_norm() * dp.grid_clip_norm() + G * share * share) / noise;
-    CHECK(joint <= 1 / sigma);
-    CHECK(joint > 0.999 / sigma);
-    // the plan charges the grid's draws for the parameters and the two counts
-    CHECK(t.plan().parameters() == model->parameter_count() + 2);
-    const StepStats st = t.step();
-    CHECK(st.layer_unclipped_fractions.size() == 2);
-    CHECK(t.accountant()->ledger().back().noise_multiplier == sigma);
+    const std::string per_layer = "ghost+layers:adaptive";
+    with_trainer(per_layer, sigma, sigma_b, [&, sigma = sigma, sigma_b = sigma_b](PrivateTrainerT<double>& t) {
+      const DPOptimizerT<double>& dp = t.dp_optimizer();
+      const double G = 2;  // dense1, dense2
+      REQUIRE(dp.layer_clip_norms().size() == 2);
+      CHECK(dp.layer_clip_norms()[0].first == "dense1");
+      // sigma^-2 = sigma_g^-2 + G (2 sigma_b)^-2, written out
+      const double expected = 1 / std::sqrt(1 / (sigma * sigma) - G / (4 * sigma_b * sigma_b));
+      CHECK(relative(dp.gradient_noise_multiplier(), expected) < 1e-12);
+      // each layer starts at C / sqrt(G), so the total is C
+      for (const auto& [name, c_g] : dp.layer_clip_norms()) CHECK(relative(c_g, 1 / std::sqrt(G)) < 1e-15);
+      CHECK(relative(dp.clip_norm(), 1.0) < 1e-15);
+      // a record's (clipped gradient, G count shares) in units of the noise's std: at most 1 / sigma
+      const double noise = dp.gradient_noise_multiplier() * dp.clip_norm(), share = noise / sigma_b / 2;
+      const double joint = std::sqrt(dp.grid_clip_norm() * dp.grid_clip_norm() + G * share * share) / noise;
+      CHECK(joint <= 1 / sigma);
+      CHECK(joint > 0.999 / sigma);
+      // the plan charges the grid's draws for the parameters and the two counts
+      CHECK(t.plan().parameters() == 8 * 16 + 16 + 16 * 3 + 3 + 2);
+      const StepStats st = t.step();
+      CHECK(st.layer_unclipped_fractions.size() == 2);
+      CHECK(t.accountant()->ledger().back().noise_multiplier == sigma);
+    });
   }
-  // sqrt(G) sigma_b must exceed... 2 sigma_b > sqrt(2) sigma: 2 * 0.7 = 1.4 < 1.414 is refused, as 0.75 is not
-  PrivateTrainingConfigT<double> c = adaptive_config(1.0, 3, "ghost+layers:adaptive");
-  c.adaptive_clipping->count_noise = 0.7;
-  FastRng init(3);
-  auto model = make_mlp<double>({8, 16, 3}, Activation::tanh, init);
-  SgdT<double> sgd(model->parameters(), 0.1, 0.0);
-  CHECK_THROWS_WITH_AS(PrivateTrainerT<double>(*model, sgd, data, c), doctest::Contains("sqrt(layers) / 2 times"),
-                       std::invalid_argument);
-  c.adaptive_clipping->count_noise = 0.75;
-  CHECK_NOTHROW(PrivateTrainerT<double>(*model, sgd, data, c));
+  // 2 sigma_b must exceed sqrt(G) sigma: at sigma 1, 2 * 0.7 = 1.4 < 1.414 is refused, and 0.75 is not
+  CHECK_THROWS_WITH_AS(with_trainer("ghost+layers:adaptive", 1.0, 0.7, [](PrivateTrainerT<double>&) {}),
+                       doctest::Contains("sqrt(layers) / 2 times"), std::invalid_argument);
+  CHECK_NOTHROW(with_trainer("ghost+layers:adaptive", 1.0, 0.75, [](PrivateTrainerT<double>&) {}));
 }
 
 TEST_CASE("per-layer adaptive clipping: each C_g reaches the median of its layer's norms from the per-example loop") {
@@ -377,12 +370,12 @@ TEST_CASE("per-layer adaptive clipping: each C_g reaches the median of its layer
   const double total = std::hypot(medians[0], medians[1]);
   for (const double start : {total / 30, total * 30}) {
     CAPTURE(start);
-    const LayerRun r = layer_run(data, adaptive_config(start, 300, "ghost+layers:adaptive"));
+    const Run r = run(data, adaptive_config(start, 300, "ghost+layers:adaptive"));
     for (std::size_t g = 0; g < 2; ++g) {
       CAPTURE(g);
       double mean_log = 0, fraction = 0;
-      for (std::size_t i = 200; i < 300; ++i) mean_log += std::log(r.clip_norms[i][g]) / 100;
-      for (std::size_t i = 200; i < 300; ++i) fraction += r.fractions[i][g] / 100;
+      for (std::size_t i = 200; i < 300; ++i) mean_log += std::log(r.layer_clip_norms[i][g]) / 100;
+      for (std::size_t i = 200; i < 300; ++i) fraction += r.layer_fractions[i][g] / 100;
       CAPTURE(std::exp(mean_log));
       CHECK(relative(std::exp(mean_log), medians[g]) < 0.15);
       CHECK(std::abs(fraction - 0.5) < 0.05);
@@ -392,55 +385,29 @@ TEST_CASE("per-layer adaptive clipping: each C_g reaches the median of its layer
 
 TEST_CASE("per-layer adaptive clipping: naive, vanilla, ghost and physical batches follow the loop's trajectory") {
   const BatchT<double> data = records(600, 14);
-  const LayerRun loop = layer_run(data, adaptive_config(0.05, 40, "naive+layers:adaptive"));
-  auto same = [&](const LayerRun& other) {
-    REQUIRE(other.clip_norms.size() == loop.clip_norms.size());
-    for (std::size_t i = 0; i < loop.clip_norms.size(); ++i)
+  const Run loop = run(data, adaptive_config(0.05, 40, "naive+layers:adaptive"));
+  auto same = [&](const Run& other) {
+    REQUIRE(other.layer_clip_norms.size() == loop.layer_clip_norms.size());
+    for (std::size_t i = 0; i < loop.layer_clip_norms.size(); ++i)
       for (std::size_t g = 0; g < 2; ++g) {
-        CHECK(relative(other.clip_norms[i][g], loop.clip_norms[i][g]) < 1e-9);
-        CHECK(relative(other.fractions[i][g], loop.fractions[i][g]) < 1e-9);
+        CHECK(relative(other.layer_clip_norms[i][g], loop.layer_clip_norms[i][g]) < 1e-9);
+        CHECK(relative(other.layer_fractions[i][g], loop.layer_fractions[i][g]) < 1e-9);
       }
   };
   for (const std::string strategy : {"vanilla+layers:adaptive", "ghost+layers:adaptive"}) {
     CAPTURE(strategy);
-    same(layer_run(data, adaptive_config(0.05, 40, strategy)));
+    same(run(data, adaptive_config(0.05, 40, strategy)));
   }
   PrivateTrainingConfigT<double> chunks = adaptive_config(0.05, 40, "ghost+layers:adaptive");
   chunks.physical_batch_size = 37;
-  same(layer_run(data, chunks));
+  same(run(data, chunks));
   // both layers moved, and not in step: each follows its own count
-  CHECK(loop.final_clip_norms[0] != loop.final_clip_norms[1]);
-  CHECK(loop.final_clip_norms[0] > 0.05 / std::sqrt(2.0));
+  CHECK(loop.final_layer_clip_norms[0] != loop.final_layer_clip_norms[1]);
+  CHECK(loop.final_layer_clip_norms[0] > 0.05 / std::sqrt(2.0));
 }
 
 TEST_CASE("per-layer adaptive clipping: the C_g are in the checkpoint, and a resumed run ends where an uninterrupted one does") {
-  const BatchT<double> data = records(600, 15);
-  test::TempDir dir("dpgrad-layer-adaptive");
-  const PrivateTrainingConfigT<double> c = adaptive_config(0.02, 30, "ghost+layers:adaptive");
-  auto make = [](std::uint64_t seed) {
-    FastRng init(seed);
-    return make_mlp<double>({8, 16, 3}, Activation::tanh, init);
-  };
-  auto whole_model = make(3);
-  SgdT<double> sgd(whole_model->parameters(), 0.1, 0.9);
-  PrivateTrainerT<double> whole(*whole_model, sgd, data, c);
-  while (!whole.done()) whole.step();
-  {
-    auto m = make(3);
-    SgdT<double> s(m->parameters(), 0.1, 0.9);
-    PrivateTrainerT<double> first(*m, s, data, c);
-    for (int i = 0; i < 13; ++i) first.step();
-    first.save(dir.path);
-  }
-  auto m = make(99);
-  SgdT<double> s(m->parameters(), 0.1, 0.9);
-  PrivateTrainerT<double> resumed(*m, s, data, c, dir.path);
-  CHECK(resumed.steps_done() == 13);
-  while (!resumed.done()) resumed.step();
-  CHECK(resumed.dp_optimizer().layer_clip_norms() == whole.dp_optimizer().layer_clip_norms());
-  const auto a = whole_model->parameters(), b = m->parameters();
-  for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(xt::amax(xt::abs(a[i].value() - b[i].value()))()) == 0);
-  CHECK(resumed.epsilon() == whole.epsilon());
+  check_resume(adaptive_config(0.02, 30, "ghost+layers:adaptive"), layer_clip_norms);
 }
 
 TEST_CASE("per-layer adaptive clipping: refused without adaptive clipping, with fixed shares, and unplanned") {
