@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "engine/tensor.hpp"
 #include "optim/checkpoint/checkpoint_key.hpp"

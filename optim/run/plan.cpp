@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/check.hpp"
 #include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include <nlohmann/json.hpp>
 #include <sodium.h>
 
 #include "engine/blas.hpp"
@@ -204,7 +205,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
                                     PrivateTrainingConfigT<T> config)
     : model_(model), optimizer_(optimizer), train_(train), config_(std::move(config)), base_lr_(optimizer.lr()) {
   strategy_ = strategy_of(config_);
-  settings_ = run_settings(config_, *strategy_, model_, optimizer_, base_lr_);
+  settings_ = std::make_shared<nlohmann::json>(run_settings(config_, *strategy_, model_, optimizer_, base_lr_));
   check_settings_on_all_ranks();
   check_training_config(config_, base_lr_);
   const std::size_t n = dataset_size();
@@ -221,7 +222,7 @@ PrivateTrainerT<T>::PrivateTrainerT(ModelT<T>& model, OptimizerT<T>& optimizer, 
 template <class T>
 void PrivateTrainerT<T>::check_settings_on_all_ranks() {
   // before anything a rank could refuse or wait for (docs/distributed.md)
-  if (config_.communicator) require_same_settings_on_all_ranks(*config_.communicator, settings_.dump(), "runs");
+  if (config_.communicator) require_same_settings_on_all_ranks(*config_.communicator, settings_->dump(), "runs");
   else
     require(config_.alone_under_launcher || !launched_by_mpi_launcher(),
             "an MPI launcher started this process, and the run has no communicator: each process would train alone "
@@ -312,13 +313,13 @@ void PrivateTrainerT<T>::open_checkpoints() {
   require(error.empty(), error);
   if (!p.resume) return;
   open_run_key(p.dir);
-  resumed_extra_ = CheckpointDir(p.dir).read_extra(*run_key_);
-  require(resumed_extra_.contains("trainer") && resumed_extra_["trainer"].is_object(),
+  resumed_extra_ = std::make_shared<nlohmann::json>(CheckpointDir(p.dir).read_extra(*run_key_));
+  require(resumed_extra_->contains("trainer") && (*resumed_extra_)["trainer"].is_object(),
           "the checkpoint in " + p.dir.string() + " does not record its run");
-  const nlohmann::json& run = resumed_extra_["trainer"];
+  const nlohmann::json& run = (*resumed_extra_)["trainer"];
   // the run keeps its settings: every difference is listed and refused (docs/checkpoints.md), but for
   // more steps under a larger budget
-  const nlohmann::json now = recorded(settings_);
+  const nlohmann::json now = recorded(*settings_);
   nlohmann::json stored = run.value("settings", nlohmann::json());
   extension_ = config_.non_private ? "" : longer_run(now, stored);
   const std::string changed = differences(now, stored);
@@ -424,7 +425,7 @@ void PrivateTrainerT<T>::restore() {
                   num(plan_.sampling_rate()) + ", sigma " + num(dp_->accounted_noise_multiplier()) +
                   ", JL dimension " + std::to_string(strategy_->jl_dim()));
   }
-  if (average_) average_->set_updates(resumed_extra_["trainer"].value("ema_updates", 0L));
+  if (average_) average_->set_updates((*resumed_extra_)["trainer"].value("ema_updates", 0L));
   if (config_.communicator) {  // the secure generators re-keyed on loading: each rank its own
     share_generator(*config_.communicator, *sample_rng_);
     share_generator(*config_.communicator, *aux_rng_);
@@ -941,12 +942,34 @@ TrainingStateT<T> PrivateTrainerT<T>::training_state() {
 }
 
 template <class T>
+const nlohmann::json& PrivateTrainerT<T>::settings() const {
+  static const nlohmann::json none;
+  return settings_ ? *settings_ : none;
+}
+
+template <class T>
+const nlohmann::json& PrivateTrainerT<T>::resumed_extra() const {
+  static const nlohmann::json none;
+  return resumed_extra_ ? *resumed_extra_ : none;
+}
+
+template <class T>
+bool PrivateTrainerT<T>::resumed() const {
+  return resumed_extra_ && !resumed_extra_->is_null();
+}
+
+template <class T>
+void PrivateTrainerT<T>::save(const std::filesystem::path& dir) {
+  save(dir, nlohmann::json::object());
+}
+
+template <class T>
 void PrivateTrainerT<T>::save(const std::filesystem::path& dir, nlohmann::json extra) {
   const TrainingStateT<T> state = training_state();
   if (!extra.is_object()) throw std::invalid_argument("PrivateTrainer::save: extra must be a JSON object");
   extra["trainer"] = {{"noise_multiplier", plan_.noise_multiplier()}, {"total_steps", plan_.total_steps()},
                       {"calibrated", plan_.calibrated()}, {"ema_updates", average_ ? average_->updates() : 0L},
-                      {"private", is_private()}, {"processes", processes()}, {"settings", recorded(settings_)}};
+                      {"private", is_private()}, {"processes", processes()}, {"settings", recorded(*settings_)}};
   if (dp_->noise_reproducible()) extra["trainer"]["privacy_note"] = kNotPrivateReproducible;
   const std::filesystem::path store =
       config_.checkpoints.key_store.empty() ? default_key_store() : config_.checkpoints.key_store;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // the full header only where JSON is used: it costs every compile a third more
 
 #include "layers/module.hpp"
 #include "optim/averaging.hpp"
@@ -317,7 +317,7 @@ class PrivateTrainerT {
   /// their values when the trainer was built) and the optimizer (name, lr,
   /// per-parameter scales and its own settings). The ranks of a data-parallel run
   /// must agree on all of it (checked before anything else).
-  const nlohmann::json& settings() const { return settings_; }
+  const nlohmann::json& settings() const;
 
   // ---- evaluation (with the parameter average when ema > 0)
   /// The model's Evaluation on `data`, run `chunk` examples at a time in
@@ -343,10 +343,12 @@ class PrivateTrainerT {
   /// with the run's key: created in the key store by the first save of a new
   /// run, the resumed run's otherwise. `extra` is stored beside it and comes back
   /// from resumed_extra(). train() calls it under the checkpoint policy.
-  void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object());
+  void save(const std::filesystem::path& dir, nlohmann::json extra);
+  /// save(dir, an empty object).
+  void save(const std::filesystem::path& dir);
   /// The extra JSON of the checkpoint this run resumed from (null when it did not).
-  const nlohmann::json& resumed_extra() const { return resumed_extra_; }
-  bool resumed() const { return !resumed_extra_.is_null(); }
+  const nlohmann::json& resumed_extra() const;
+  bool resumed() const;
 
  private:
   // the steps of construction, in order
@@ -385,7 +387,7 @@ class PrivateTrainerT {
   const BatchT<T>& train_;
   PrivateTrainingConfigT<T> config_;
   double base_lr_ = 0;
-  nlohmann::json settings_;
+  std::shared_ptr<nlohmann::json> settings_;  // (pointers: the header sees only json_fwd.hpp)
   RunPlan plan_;
   std::unique_ptr<Sampler> sampler_;
   std::shared_ptr<ClipStrategyT<T>> strategy_;
@@ -398,7 +400,7 @@ class PrivateTrainerT {
   double self_check_seconds_ = 0;
   std::string extension_;
   long steps_ = 0, saved_at_ = -1;
-  nlohmann::json resumed_extra_;
+  std::shared_ptr<nlohmann::json> resumed_extra_;
   std::optional<CheckpointLock> lock_;
   std::unique_ptr<RunKey> run_key_;  // created by the first save, or opened to resume
   std::vector<std::pair<std::int64_t, std::size_t>> shard_;  // (record position, row), sorted: data-parallel runs

@@ -8,6 +8,8 @@
 #include <numeric>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/check.hpp"
 #include "engine/random.hpp"
 #include "optim/checkpoint/checkpoint.hpp"

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "optim/run/private_trainer.hpp"
 #include "privacy/selection.hpp"

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "layers/dense.hpp"
 #include "optim/checkpoint/checkpoint.hpp"

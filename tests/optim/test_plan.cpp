@@ -5,6 +5,7 @@
 #include <string>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "optim/run/plan.hpp"
 #include "optim/sampling/sampler.hpp"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 #include <stdlib.h>
 
 #include "engine/communicator.hpp"

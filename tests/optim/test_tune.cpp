@@ -7,6 +7,7 @@
 #include <string>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/random.hpp"
 #include "layers/models.hpp"
