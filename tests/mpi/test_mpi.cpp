@@ -95,7 +95,7 @@ PrivateTrainingConfigT<double> config(const RunSpec& spec, std::shared_ptr<Commu
   c.clipping = make_clip_strategy<double>(spec.strategy, 16.0);
   c.reproducible_noise = true;
   c.seed = 5;
-  if (spec.adaptive) c.adaptive_clipping = AdaptiveClipping{0.5, 4.0, 0.2};  // count noise 4 > sigma / 2
+  if (spec.adaptive) c.adaptive_clipping = AdaptiveClipping{0.5, 4.0, 0.2};  // count noise 4 > sigma sqrt(2) / 2
   c.alone_under_launcher = !comm;  // the reference runs below: one process alone, on purpose
   c.communicator = std::move(comm);
   return c;
@@ -141,7 +141,9 @@ TEST_CASE("2 ranks train exactly as 1 rank, for every strategy that shards and e
   const std::vector<RunSpec> specs = {{"naive"}, {"vanilla"}, {"ghost"}, {"jl:3"},
                                       {"ghost", Sampling::shuffle}, {"vanilla", Sampling::fixed},
                                       {"ghost", Sampling::poisson, 5, {300, 400, 10}},
-                                      {"ghost", Sampling::poisson, 20, {6, 8, 3}, true}};
+                                      {"ghost", Sampling::poisson, 20, {6, 8, 3}, true},
+                                      // per layer: the G = 2 counts, summed over the ranks and noised once each
+                                      {"ghost+layers:adaptive", Sampling::poisson, 20, {6, 8, 3}, true}};
   for (const RunSpec& spec : specs) {
     CAPTURE(spec.strategy);
     CAPTURE(to_string(spec.sampling));
