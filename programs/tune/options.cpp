@@ -7,6 +7,7 @@
 
 #include "engine/check.hpp"
 #include "layers/registry.hpp"
+#include "optim/clipping/clip_spec.hpp"
 #include "optim/optimizer.hpp"
 #include "privacy/selection.hpp"
 #include "programs/cli.hpp"
@@ -36,7 +37,8 @@ std::optional<int> parse_tune_options(int argc, const char* const* argv, Options
   app.add_option("--lr-scale", o.lr_scale, "LAYER=FACTOR,...: every trial's learning rate of these layers times FACTOR");
   app.add_option("--ema", o.ema, "every trial's model is the exponential moving average of its parameters with this "
                  "decay, e.g. 0.97 (post-processing, no privacy cost; 0: off)");
-  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, microbatch:M (exact norms; not jl:K)")
+  app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, microbatch:M (exact norms; not jl:K); per "
+                 "layer: ghost+layers, ghost+layers:size, ghost+layers:adaptive (with --clip-quantile)")
       ->capture_default_str();
   app.add_option("--target-epsilon", o.target_epsilon, "epsilon of the whole search (required)")->required();
   app.add_option("--delta", o.delta, "default: the largest power of ten with delta N <= 0.6");
@@ -71,6 +73,9 @@ std::optional<int> parse_tune_options(int argc, const char* const* argv, Options
   parse_range(o.lr, "lr");
   parse_range(o.clip_norm, "clip-norm");
   if (!o.clip_quantile.empty()) parse_range(o.clip_quantile, "clip-quantile");
+  require(parse_clip_spec(o.strategy).layers != ClipSpec::Layers::adaptive || !o.clip_quantile.empty(),
+          "--clip-strategy " + o.strategy + " moves each layer's clip norm towards a quantile of its norms: give "
+          "--clip-quantile");
   parse_lr_scales(o.lr_scale);
   require(o.ema == 0 || (o.ema > 0 && o.ema < 1), "--ema must be in (0, 1) (0: off)");
   return std::nullopt;

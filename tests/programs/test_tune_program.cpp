@@ -74,6 +74,7 @@ TEST_CASE("dpgrad-tune: bad settings are refused before any trial runs or any st
       {{"--lr", "1:0.1"}, "lr"},
       {{"--lr", "0x1"}, "--lr"},
       {{"--clip-strategy", "jl:4"}, "jl:K"},
+      {{"--clip-strategy", "ghost+layers:adaptive"}, "give --clip-quantile"},
       {{"--target-epsilon", "0.01"}, "out of reach"},
       {{"--validation-fraction", "0.9"}, "validation_fraction"},
       {{"--resume"}, "no search"},
