@@ -490,7 +490,7 @@ template <class T>
 std::vector<GradientEnergy> DPOptimizerT<T>::gradient_energy_by_layer() const {
   std::vector<GradientEnergy> layers;
   for (const auto& e : gradient_energy()) {
-    const std::string layer = e.name.substr(0, e.name.rfind('.'));
+    const std::string layer = clip_layer_name(e.name);
     auto it = std::find_if(layers.begin(), layers.end(), [&](const GradientEnergy& l) { return l.name == layer; });
     if (it == layers.end()) it = layers.insert(layers.end(), GradientEnergy{layer});
     it->size += e.size;

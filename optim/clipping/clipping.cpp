@@ -94,8 +94,7 @@ LayerSplit layer_split(const std::vector<TensorT<T>>& ps, ClipSpec::Layers how, 
   std::vector<double> sizes(names.size(), 0.0);
   double total = 0;
   for (const auto& p : ps) {
-    const std::string name = p.name().substr(0, p.name().rfind('.'));
-    s.layer.push_back(std::size_t(std::find(names.begin(), names.end(), name) - names.begin()));
+    s.layer.push_back(std::size_t(std::find(names.begin(), names.end(), clip_layer_name(p.name())) - names.begin()));
     sizes[s.layer.back()] += double(p.value().size());
     total += double(p.value().size());
   }
@@ -211,7 +210,7 @@ template <class T>
 std::vector<std::string> clip_layers(const std::vector<TensorT<T>>& ps) {
   std::vector<std::string> names;
   for (const auto& p : ps) {
-    std::string name = p.name().substr(0, p.name().rfind('.'));
+    std::string name = clip_layer_name(p.name());
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
   }
   return names;
@@ -291,19 +290,36 @@ class NoneStrategy final : public ClipStrategyT<T> {
   }
 };
 
+/// The strategies that clip per layer (naive, vanilla, ghost): their layers and,
+/// with "+layers:adaptive", the shares the private optimizer sets.
 template <class T>
-class NaiveStrategy final : public ClipStrategyT<T> {
+class LayeredStrategy : public ClipStrategyT<T> {
  public:
-  explicit NaiveStrategy(ClipSpec::Layers layers) : layers_(layers) {}
-  std::string name() const override { return "naive" + layers_suffix(layers_); }
+  explicit LayeredStrategy(ClipSpec::Layers layers) : layers_(layers) {}
   bool adapts_layers() const override { return layers_ == ClipSpec::Layers::adaptive; }
   void set_layer_shares(std::vector<double> shares) override {
     if (!adapts_layers()) ClipStrategyT<T>::set_layer_shares(std::move(shares));
     shares_ = checked_shares(std::move(shares));
   }
+
+ protected:
+  /// The strategy's name with its layers' suffix, e.g. "ghost+layers:size".
+  std::string named(const std::string& kind) const { return kind + layers_suffix(layers_); }
+  LayerSplit split(const std::vector<TensorT<T>>& ps) const { return layer_split(ps, layers_, shares_); }
+
+ private:
+  const ClipSpec::Layers layers_;
+  std::vector<double> shares_;  // +layers:adaptive: as set (empty: equal)
+};
+
+template <class T>
+class NaiveStrategy final : public LayeredStrategy<T> {
+ public:
+  using LayeredStrategy<T>::LayeredStrategy;
+  std::string name() const override { return this->named("naive"); }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
-    const LayerSplit split = layer_split(ps, layers_, shares_);
+    const LayerSplit split = this->split(ps);
     ClipResult<T> res;
     res.sum = zeros_like_params(ps);
     res.norms = ArrayT<T>::from_shape({batch.examples()});
@@ -322,10 +338,6 @@ class NaiveStrategy final : public ClipStrategyT<T> {
     zero_grads(ps);
     return res;
   }
-
- private:
-  ClipSpec::Layers layers_;
-  std::vector<double> shares_;  // +layers:adaptive: as set (empty: equal)
 };
 
 /// The exact strategies: one forward and one backward with every parameter use
@@ -333,14 +345,9 @@ class NaiveStrategy final : public ClipStrategyT<T> {
 /// the clipped sum, or norms and the sum from the uses themselves (ghost or
 /// one-sample-at-a-time norms, book-keeping sum). They differ in which they keep.
 template <class T>
-class RuleStrategy : public ClipStrategyT<T> {
+class RuleStrategy : public LayeredStrategy<T> {
  public:
-  explicit RuleStrategy(ClipSpec::Layers layers) : layers_(layers) {}
-  bool adapts_layers() const override { return layers_ == ClipSpec::Layers::adaptive; }
-  void set_layer_shares(std::vector<double> shares) override {
-    if (!adapts_layers()) ClipStrategyT<T>::set_layer_shares(std::move(shares));
-    shares_ = checked_shares(std::move(shares));
-  }
+  using LayeredStrategy<T>::LayeredStrategy;
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
     if (batch.examples() == 0) return empty_result(ps);
@@ -353,15 +360,13 @@ class RuleStrategy : public ClipStrategyT<T> {
 
  protected:
   virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
-  const ClipSpec::Layers layers_;
-  std::vector<double> shares_;  // +layers:adaptive: as set (empty: equal)
 
  private:
   /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); P = coordinates.
   void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
                       std::size_t b, double clip_norm, std::size_t coordinates, ClipResult<T>& res) const {
     std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
-    const LayerSplit split = layer_split(ps, layers_, shares_);
+    const LayerSplit split = this->split(ps);
     std::vector<ArrayT<T>> norms_sq(split.share.size(), xt::zeros<T>({b}));
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (!groups[j]) continue;
@@ -388,7 +393,7 @@ template <class T>
 class VanillaStrategy final : public RuleStrategy<T> {
  public:
   using RuleStrategy<T>::RuleStrategy;
-  std::string name() const override { return "vanilla" + layers_suffix(this->layers_); }
+  std::string name() const override { return this->named("vanilla"); }
 
  private:
   bool keeps_per_sample_gradients(const ParamUses<T>&, std::size_t) const override { return true; }
@@ -400,7 +405,7 @@ template <class T>
 class GhostStrategy final : public RuleStrategy<T> {
  public:
   using RuleStrategy<T>::RuleStrategy;
-  std::string name() const override { return "ghost" + layers_suffix(this->layers_); }
+  std::string name() const override { return this->named("ghost"); }
 
  private:
   bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const override {

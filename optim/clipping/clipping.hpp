@@ -111,8 +111,12 @@ struct ParamUses;
 template <class T>
 double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps);
 
-/// Per-layer clipping's layers: the parameters' names up to their last '.',
-/// each once, in order of first appearance.
+/// The layer of a parameter called `parameter`, as per-layer clipping and the
+/// per-layer statistics group them: its name up to the last '.'.
+inline std::string clip_layer_name(const std::string& parameter) { return parameter.substr(0, parameter.rfind('.')); }
+
+/// Per-layer clipping's layers: clip_layer_name of each parameter, each once, in
+/// order of first appearance.
 template <class T>
 std::vector<std::string> clip_layers(const std::vector<TensorT<T>>& ps);
 
