@@ -134,10 +134,10 @@ double DPOptimizerT<T>::clip_norm() const {
 
 template <class T>
 std::vector<std::pair<std::string, double>> DPOptimizerT<T>::layer_clip_norms() const {
-  if (!strategy_.adapts_layers() || !config_.adaptive) return {};
+  if (!strategy_.adapts_layers()) return {};  // (the constructor made it adaptive: counts_ = G clip norms)
   const std::vector<std::string> names = clip_layers(model_.parameters());
   std::vector<std::pair<std::string, double>> out;
-  for (std::size_t g = 0; g < names.size() && g < clip_state_.size(); ++g) out.emplace_back(names[g], double(clip_state_(g)));
+  for (std::size_t g = 0; g < names.size(); ++g) out.emplace_back(names[g], double(clip_state_(g)));
   return out;
 }
 
@@ -146,9 +146,9 @@ void DPOptimizerT<T>::apply_clip_state() {
   const double C = clip_norm();
   set_clip_geometry(C);
   if (!strategy_.adapts_layers()) return;
-  shares_.clear();
-  for (const T c : clip_state_) shares_.push_back(double(c) / C);
-  strategy_.set_layer_shares(shares_);
+  std::vector<double> shares;
+  for (const T c : clip_state_) shares.push_back(double(c) / C);
+  strategy_.set_layer_shares(std::move(shares));
 }
 
 template <class T>
@@ -376,15 +376,16 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   ClipResult<T> r = clipped_sum(batch, step_aux ? *step_aux : aux_rng_);
   restore.reset();
   const double C = clip_norm();
+  const bool per_layer = strategy_.adapts_layers();
   st.clip_norm = grid_clip_norm_;
   if (config_.adaptive) {  // the counts of unclipped contributions, centred (terms b - 1/2), as more coordinates
     ArrayT<T> count = ArrayT<T>::from_shape({counts_});
     for (std::size_t g = 0; g < counts_; ++g) {
       double centred = 0;
-      if (shares_.empty()) {
+      if (!per_layer) {
         for (const T n : r.norms) centred += double(n) <= grid_clip_norm_ ? 0.5 : -0.5;
-      } else {  // per layer: the contributions whose layer-g part was not clipped
-        const double limit = grid_clip_norm_ * shares_[g];
+      } else {  // per layer: the contributions whose layer-g part was not clipped (layer g's share: C_g / C)
+        const double limit = grid_clip_norm_ * double(clip_state_(g)) / C;
         if (r.layer_norms.dimension() == 2)  // (an empty batch has none)
           for (std::size_t i = 0; i < r.layer_norms.shape(1); ++i)
             centred += double(r.layer_norms(g, i)) <= limit ? 0.5 : -0.5;
@@ -413,7 +414,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
       const double released = double(r.sum.back()(g)) / count_scale_;  // sum of (b - 1/2), noised
       const double fraction = released / expected_contributions_ + 0.5;
       mean += fraction / double(counts_);
-      if (!shares_.empty()) st.layer_unclipped_fractions.push_back(fraction);
+      if (per_layer) st.layer_unclipped_fractions.push_back(fraction);
       clip_state_(g) = T(std::clamp(double(clip_state_(g)) * std::exp(-a.lr * (fraction - a.quantile)), a.min_clip_norm,
                                     a.max_clip_norm));
     }

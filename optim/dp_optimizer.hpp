@@ -219,7 +219,6 @@ class DPOptimizerT {
   std::size_t counts_ = 0;     // adaptive: the noised counts a step, 1 or (per layer) G; else 0
   double expected_contributions_ = 0;
   ArrayT<T> clip_state_;       // adaptive: (counts_) C or the C_g
-  std::vector<double> shares_; // "+layers:adaptive": the shares C_g / C the strategy clips to
   Rng& noise_rng_;
   Rng& aux_rng_;
   privacy::Accountant* accountant_;
