@@ -80,7 +80,7 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
     if (!(a.lr >= 0 && a.lr <= 10))
       throw std::invalid_argument("adaptive clipping's learning rate must be in [0, 10], got " + privacy::format_number(a.lr, 6));
     // per layer: G counts, each layer starting from C / sqrt(G)
-    counts_ = strategy.adapts_layers() ? clip_layers(model.parameters()).size() : 1;
+    counts_ = adaptive_counts(true, strategy, clip_layers(model.parameters()).size());
     const double G = double(counts_), first = c.clip_norm / std::sqrt(G);
     if (!(a.min_clip_norm >= 1e-12 && a.min_clip_norm <= first && first <= a.max_clip_norm && a.max_clip_norm <= 1e6))
       throw std::invalid_argument(std::string("adaptive clipping keeps ") +

@@ -51,6 +51,15 @@ struct AdaptiveClipping {
   bool normalise = true;
 };
 
+/// The counts adaptive clipping noises each step beside the gradient: none
+/// without it, one, or one per layer (`layers`: clip_layers' count) for a
+/// "+layers:adaptive" strategy. The optimizer and the plan (optim/run) both count
+/// them: the grid's allowance and its draws cover these coordinates too.
+template <class T>
+std::size_t adaptive_counts(bool adaptive, const ClipStrategyT<T>& strategy, std::size_t layers) {
+  return !adaptive ? 0 : strategy.adapts_layers() ? layers : 1;
+}
+
 /// The sampling rate q and the expected batch size L are not settings: they come
 /// from the sampler that draws the batches (DPOptimizerT's constructor).
 struct DPConfig {

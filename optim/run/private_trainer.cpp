@@ -244,20 +244,21 @@ RunPlan plan_run(const PrivateTrainingConfigT<T>& c, std::size_t dataset_size, s
   const auto strategy = strategy_of(c);
   require(!strategy->adapts_layers() || layers > 0,
           "plan_run: " + strategy->name() + " noises a count per layer; give the model's number of layers (clip_layers)");
-  const std::size_t counts = c.adaptive_clipping ? (strategy->adapts_layers() ? layers : 1) : 0;
-  return RunPlan::make(plan_settings(c, *strategy), dataset_size, parameters + counts);
+  return RunPlan::make(plan_settings(c, *strategy), dataset_size,
+                       parameters + adaptive_counts(c.adaptive_clipping.has_value(), *strategy, layers));
 }
 
 template <class T>
 void check_training_config(const PrivateTrainingConfigT<T>& c, double lr) {
-  check_plan_settings(plan_settings(c, *strategy_of(c)));
+  const auto strategy = strategy_of(c);
+  check_plan_settings(plan_settings(c, *strategy));
   require(c.ema == 0 || (c.ema > 0 && c.ema < 1), "ema must be in (0, 1) (0: off), got " + num(c.ema));
   require(c.lr_final < 0 || (c.lr_final <= lr && std::isfinite(c.lr_final)),
           "lr_final must be at most the optimizer's learning rate " + num(lr) + ", got " + num(c.lr_final));
   require(c.sat_rho >= 0 && std::isfinite(c.sat_rho), "sat_rho must be >= 0 and finite, got " + num(c.sat_rho));
   require(!c.adaptive_clipping || !c.non_private, "adaptive clipping belongs to private runs (it releases a noised count)");
-  require(c.adaptive_clipping || !strategy_of(c)->adapts_layers(),
-          strategy_of(c)->name() + " moves each layer's clip norm by a noised count of its own: it needs adaptive "
+  require(c.adaptive_clipping || !strategy->adapts_layers(),
+          strategy->name() + " moves each layer's clip norm by a noised count of its own: it needs adaptive "
           "clipping (adaptive_clipping: the quantile, the counts' noise and the step)");
   for (const auto& r : c.releases) {
     bool name_ok = !r.name.empty() && r.name.size() <= 64;
