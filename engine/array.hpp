@@ -17,10 +17,16 @@
 
 namespace dpgrad {
 
-/// An n-dimensional xtensor array of T; Array is the float32 one the training
-/// runs in, and Shape an array's dimensions, outermost first.
+/// The allocator of every dpgrad array: DPGRAD_ARRAY_ALIGNMENT-byte aligned
+/// storage, the same under any compile flags (engine/config.hpp).
 template <class T>
-using ArrayT = xt::xarray<T>;
+using Allocator = xsimd::aligned_allocator<T, DPGRAD_ARRAY_ALIGNMENT>;
+
+/// An n-dimensional xtensor array of T, row-major; Array is the float32 one the
+/// training runs in, and Shape an array's dimensions, outermost first. Its type
+/// does not depend on -march or XTENSOR_USE_XSIMD.
+template <class T>
+using ArrayT = xt::xarray<T, xt::layout_type::row_major, Allocator<T>>;
 using Array = ArrayT<float>;
 using Shape = std::vector<std::size_t>;
 

@@ -30,47 +30,6 @@ inline std::size_t block_length(std::size_t n) {
   return (n + blocks - 1) / blocks;
 }
 
-/// The largest element of x (n >= 1).
-template <class T>
-T row_max(const T* x, std::size_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-  std::size_t i = 0;
-#ifdef XTENSOR_USE_XSIMD
-  using V = xsimd::batch<T>;
-  if (n >= V::size) {
-    V acc = V::load_unaligned(x);
-    for (i = V::size; i + V::size <= n; i += V::size) acc = xsimd::max(acc, V::load_unaligned(x + i));
-    alignas(64) T lanes[V::size];
-    acc.store_aligned(lanes);
-    for (std::size_t l = 0; l < V::size; ++l) m = std::max(m, lanes[l]);
-  }
-#endif
-  for (; i < n; ++i) m = std::max(m, x[i]);
-  return m;
-}
-
-/// x = exp(x - shift) over [0, n); returns the sum of the new values.
-template <class T>
-T exp_shifted(T* x, std::size_t n, T shift) {
-  T total = 0;
-  std::size_t i = 0;
-#ifdef XTENSOR_USE_XSIMD
-  using V = xsimd::batch<T>;
-  V acc(T(0)), s(shift);
-  for (; i + V::size <= n; i += V::size) {
-    const V e = xsimd::exp(V::load_unaligned(x + i) - s);
-    e.store_unaligned(x + i);
-    acc += e;
-  }
-  total = xsimd::hadd(acc);
-#endif
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - shift);
-    total += x[i];
-  }
-  return total;
-}
-
 /// Attention over q (B, Lq, H dk), k (B, Lk, H dk), v (B, Lk, H dv) -> (B, Lq, H dv).
 template <class T>
 struct AttentionOp final : Op<T> {
@@ -180,13 +139,13 @@ struct AttentionOp final : Op<T> {
       scores(i, h, r0, qn, c0, kn, q, k, s);
       for (std::size_t r = 0; r < qn; ++r) {
         T* row = s + r * kn;
-        const T m_new = std::max(m[r], row_max(row, kn));
+        const T m_new = std::max(m[r], simd::max(row, kn));
         if (m_new == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing yet
           std::fill_n(row, kn, T(0));
           continue;
         }
         const T alpha = m[r] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[r] - m_new);
-        l[r] = alpha * l[r] + exp_shifted(row, kn, m_new);
+        l[r] = alpha * l[r] + simd::exp_shifted(row, kn, m_new);
         m[r] = m_new;
         if (c0 > 0 && alpha != T(1))
           for (std::size_t c = 0; c < dv; ++c) ob[r * ldv() + c] *= alpha;
@@ -207,7 +166,7 @@ struct AttentionOp final : Op<T> {
                const T* q, const T* k, T* p) const {
     scores(i, h, r0, qn, c0, kn, q, k, p);
     const T* lse_row = lse.data() + (i * heads + h) * lq + r0;
-    for (std::size_t r = 0; r < qn; ++r) exp_shifted(p + r * kn, kn, lse_row[r]);
+    for (std::size_t r = 0; r < qn; ++r) simd::exp_shifted(p + r * kn, kn, lse_row[r]);
   }
 
   /// ds = p (dp - D) on unmasked scores, 0 on masked ones (their score is a constant).

@@ -16,9 +16,7 @@
 #include "engine/op.hpp"
 #include "engine/parallel.hpp"
 
-#ifdef XTENSOR_USE_XSIMD
-#include <xsimd/xsimd.hpp>
-#endif
+#include "engine/simd.hpp"
 
 namespace dpgrad::detail {
 
@@ -118,26 +116,13 @@ void copy_along(const T* src, AxisSplit s, std::size_t sb, T* dst, AxisSplit d, 
 enum class Squash { sigmoid, tanh };
 
 /// out[i] = f(a[i] + b[i]) over [0, n) for f = sigmoid or tanh, or f(a[i]) when
-/// b is null. SIMD batches straight on the pointers, then scalars for the tail:
+/// b is null: the SIMD kernels of engine/simd.hpp, straight on the pointers, so
 /// runs as short as one gate's row (tens of values) pay no per-call setup,
 /// which an xtensor expression over an adapted pointer does.
 template <Squash F, class T>
-void squash(const T* __restrict a, const T* __restrict b, T* __restrict out, std::size_t n) {
-  std::size_t i = 0;
-#ifdef XTENSOR_USE_XSIMD
-  using V = xsimd::batch<T>;
-  for (; i + V::size <= n; i += V::size) {
-    V z = V::load_unaligned(a + i);
-    if (b) z += V::load_unaligned(b + i);
-    if constexpr (F == Squash::sigmoid) (V(T(1)) / (V(T(1)) + xsimd::exp(-z))).store_unaligned(out + i);
-    else xsimd::tanh(z).store_unaligned(out + i);
-  }
-#endif
-  for (; i < n; ++i) {
-    const T z = b ? a[i] + b[i] : a[i];
-    if constexpr (F == Squash::sigmoid) out[i] = T(1) / (T(1) + std::exp(-z));
-    else out[i] = std::tanh(z);
-  }
+void squash(const T* a, const T* b, T* out, std::size_t n) {
+  if constexpr (F == Squash::sigmoid) simd::sigmoid(a, b, out, n);
+  else simd::tanh(a, b, out, n);
 }
 
 /// Rows per parallel piece of the bias passes: about 2^14 values each.

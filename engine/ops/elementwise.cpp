@@ -171,10 +171,9 @@ struct BinaryOp final : Op<T> {
       const T* pa = x[0]->data();
       const T* pb = x[1]->data();
       parallel::for_range(g.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+        if (!div) return simd::scaled_into(pd + i0, mul ? po + i0 : nullptr, sign, pg + i0, i1 - i0, !fresh);
         for (std::size_t l = i0; l < i1; ++l) {
-          const T v = div  ? (i == 0 ? pd[l] / pb[l] : -pd[l] * pa[l] / (pb[l] * pb[l]))
-                      : mul ? pd[l] * po[l]
-                            : sign * pd[l];
+          const T v = i == 0 ? pd[l] / pb[l] : -pd[l] * pa[l] / (pb[l] * pb[l]);
           pg[l] = fresh ? v : pg[l] + v;
         }
       });
@@ -258,36 +257,6 @@ const char* unary_name(Unary k) {
 // Unary rules run in blocks that stay in cache (pieces of kElementGrain values in parallel).
 constexpr std::size_t kBlock = 1024;
 
-/// The standard normal CDF (GELU's gate), as erfc(-x / sqrt 2) / 2: no
-/// cancellation in the left tail, where 1 + erf(x / sqrt 2) loses digits.
-template <class T>
-T normal_cdf(T x) {
-  return T(0.5) * std::erfc(-x * T(std::numbers::sqrt2 / 2));
-}
-
-/// out = x Phi(x) (gelu) or d = Phi(x) + x phi(x) (its derivative) over [0, n):
-/// SIMD batches of erfc and exp straight on the pointers, then scalars for the tail
-/// (glibc's scalar erf made GELU one of the transformer's slowest ops).
-template <bool Derivative, class T>
-void gelu_kernel(const T* __restrict a, T* __restrict out, std::size_t n) {
-  constexpr T r2 = T(std::numbers::sqrt2 / 2), inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-  std::size_t i = 0;
-#ifdef XTENSOR_USE_XSIMD
-  using V = xsimd::batch<T>;
-  const V half(T(0.5)), vr2(r2), vphi(inv_sqrt_2pi), mhalf(T(-0.5));
-  for (; i + V::size <= n; i += V::size) {
-    const V x = V::load_unaligned(a + i);
-    const V cdf = half * xsimd::erfc(-x * vr2);
-    if constexpr (Derivative) (cdf + x * xsimd::exp(mhalf * x * x) * vphi).store_unaligned(out + i);
-    else (x * cdf).store_unaligned(out + i);
-  }
-#endif
-  for (; i < n; ++i) {
-    const T cdf = normal_cdf(a[i]);
-    out[i] = Derivative ? cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi : a[i] * cdf;
-  }
-}
-
 template <class T>
 struct UnaryOp final : Op<T> {
   Unary kind;
@@ -298,11 +267,11 @@ struct UnaryOp final : Op<T> {
 
   /// out[0, n) = f(a[0, n)).
   void primal(const T* a, T* out, std::size_t n) const {
-    switch (kind) {  // tanh and sigmoid through squash, exp and log through xtensor
-      case Unary::tanh: detail::squash<detail::Squash::tanh>(a, static_cast<const T*>(nullptr), out, n); return;
-      case Unary::exp: adapt(out, n) = xt::exp(adapt(a, n)); return;
+    switch (kind) {  // tanh, sigmoid, exp and gelu: engine/simd.hpp's kernels; log through xtensor
+      case Unary::tanh: simd::tanh(a, static_cast<const T*>(nullptr), out, n); return;
+      case Unary::exp: simd::exp(a, out, n); return;
       case Unary::log: adapt(out, n) = xt::log(adapt(a, n)); return;
-      case Unary::sigmoid: detail::squash<detail::Squash::sigmoid>(a, static_cast<const T*>(nullptr), out, n); return;
+      case Unary::sigmoid: simd::sigmoid(a, static_cast<const T*>(nullptr), out, n); return;
       case Unary::scale: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * c; return;
       case Unary::shift: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + c; return;
       case Unary::relu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] > T(0) ? a[i] : T(0); return;
@@ -310,7 +279,7 @@ struct UnaryOp final : Op<T> {
       case Unary::rsqrt: for (std::size_t i = 0; i < n; ++i) out[i] = T(1) / std::sqrt(a[i]); return;
       case Unary::pow: for (std::size_t i = 0; i < n; ++i) out[i] = std::pow(a[i], c); return;
       case Unary::abs: for (std::size_t i = 0; i < n; ++i) out[i] = std::abs(a[i]); return;
-      case Unary::gelu: gelu_kernel<false>(a, out, n); return;
+      case Unary::gelu: simd::gelu(a, out, n, false); return;
       case Unary::leaky_relu: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] > T(0) ? a[i] : c * a[i]; return;
       case Unary::erf: for (std::size_t i = 0; i < n; ++i) out[i] = std::erf(a[i]); return;
     }
@@ -331,7 +300,7 @@ struct UnaryOp final : Op<T> {
         for (std::size_t i = 0; i < n; ++i) d[i] = c == T(0) ? T(0) : c * std::pow(a[i], c - T(1));
         break;
       case Unary::abs: for (std::size_t i = 0; i < n; ++i) d[i] = a[i] > T(0) ? T(1) : a[i] < T(0) ? T(-1) : T(0); break;
-      case Unary::gelu: gelu_kernel<true>(a, d, n); break;  // Phi(x) + x phi(x)
+      case Unary::gelu: simd::gelu(a, d, n, true); break;  // Phi(x) + x phi(x)
       case Unary::leaky_relu: for (std::size_t i = 0; i < n; ++i) d[i] = a[i] > T(0) ? T(1) : c; break;
       case Unary::erf: {  // 2 / sqrt(pi) e^(-x^2)
         const T two_over_sqrt_pi = T(std::numbers::inv_sqrtpi * 2);

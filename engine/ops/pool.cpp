@@ -81,18 +81,8 @@ struct MaxPoolOp final : Op<T> {
     std::uint16_t* ap = argmax.data();
     parallel::for_range(b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
       for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
-        T* __restrict m = op + o;
-        std::uint16_t* __restrict a = ap + o;
-        const T* __restrict v = xp + xo;
-        if (e == 0) {
-          std::copy_n(v, len, m);
-          return;
-        }
-        for (std::size_t l = 0; l < len; ++l) {  // strict: the first max wins, and a NaN first element stays
-          const bool greater = v[l] > m[l];
-          m[l] = greater ? v[l] : m[l];
-          a[l] = greater ? e : a[l];
-        }
+        if (e == 0) std::copy_n(xp + xo, len, op + o);
+        else simd::max_into(xp + xo, op + o, ap + o, len, e);  // strict: the first max wins, and a NaN first element stays
       });
     });
     return out;
@@ -109,10 +99,7 @@ struct MaxPoolOp final : Op<T> {
     const std::uint16_t* ap = argmax.data();
     parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
       for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
-        T* __restrict d = gp + xo;
-        const T* __restrict u = dp + o;
-        const std::uint16_t* __restrict a = ap + o;
-        for (std::size_t l = 0; l < len; ++l) d[l] += a[l] == e ? u[l] : T(0);
+        simd::add_where(dp + o, ap + o, e, gp + xo, len);
       });
     });
   }
@@ -129,12 +116,7 @@ struct MaxPoolOp final : Op<T> {
     const std::uint16_t* ap = argmax.data();
     parallel::for_range(g.b, pool_grain(g), [&](std::size_t n0, std::size_t n1) {
       for_each_window_element(g, n0, n1, [&](std::size_t o, std::size_t xo, std::size_t len, std::uint16_t e) {
-        const std::uint16_t* __restrict a = ap + o;
-        for (std::size_t j = 0; j < k; ++j) {
-          T* __restrict d = rp + j * n_out + o;
-          const T* __restrict t = tp + j * n_in + xo;
-          for (std::size_t l = 0; l < len; ++l) d[l] = a[l] == e ? t[l] : d[l];
-        }
+        for (std::size_t j = 0; j < k; ++j) simd::copy_where(tp + j * n_in + xo, ap + o, e, rp + j * n_out + o, len);
       });
     });
     return r;

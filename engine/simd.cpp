@@ -1,0 +1,87 @@
+// Run-time choice of the SIMD kernels (engine/simd.hpp).
+#include "engine/simd.hpp"
+
+#include <type_traits>
+
+#include "engine/config.hpp"
+
+#include "engine/simd/kernels.hpp"
+
+namespace dpgrad::simd {
+
+namespace {
+
+using detail::Table;
+
+/// True when this CPU runs the AVX2 kernels (and this build has them).
+bool use_avx2() {
+#if DPGRAD_SIMD_AVX2
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+template <class T>
+const Table<T>& kernels() {
+  static constexpr Table<T> baseline = detail::table_of<xsimd::default_arch, T>();
+#if DPGRAD_SIMD_AVX2
+  if (use_avx2()) {
+    if constexpr (std::is_same_v<T, float>) return detail::avx2_float();
+    else return detail::avx2_double();
+  }
+#endif
+  return baseline;
+}
+
+}  // namespace
+
+std::string kernel_set() { return use_avx2() ? "avx2+fma" : "baseline"; }
+
+template <class T>
+T max(const T* x, std::size_t n) { return kernels<T>().max(x, n); }
+template <class T>
+T exp_shifted(T* x, std::size_t n, T shift) { return kernels<T>().exp_shifted(x, n, shift); }
+template <class T>
+void exp(const T* a, T* out, std::size_t n) { kernels<T>().exp(a, out, n); }
+template <class T>
+void gelu(const T* a, T* out, std::size_t n, bool derivative) { kernels<T>().gelu(a, out, n, derivative); }
+template <class T>
+void sigmoid(const T* a, const T* b, T* out, std::size_t n) { kernels<T>().squash(a, b, out, n, false); }
+template <class T>
+void tanh(const T* a, const T* b, T* out, std::size_t n) { kernels<T>().squash(a, b, out, n, true); }
+
+template <class T>
+void scaled_into(const T* d, const T* o, T s, T* g, std::size_t n, bool accumulate) {
+  kernels<T>().scaled_into(d, o, s, g, n, accumulate);
+}
+template <class T>
+void max_into(const T* v, T* m, std::uint16_t* a, std::size_t n, std::uint16_t e) {
+  kernels<T>().max_into(v, m, a, n, e);
+}
+template <class T>
+void add_where(const T* u, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n) {
+  kernels<T>().add_where(u, a, e, d, n);
+}
+template <class T>
+void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n) {
+  kernels<T>().copy_where(t, a, e, d, n);
+}
+
+#define DPGRAD_SIMD_INSTANTIATE(T)                                  \
+  template T max(const T*, std::size_t);                            \
+  template T exp_shifted(T*, std::size_t, T);                       \
+  template void exp(const T*, T*, std::size_t);                     \
+  template void gelu(const T*, T*, std::size_t, bool);              \
+  template void sigmoid(const T*, const T*, T*, std::size_t);       \
+  template void tanh(const T*, const T*, T*, std::size_t);                                     \
+  template void scaled_into(const T*, const T*, T, T*, std::size_t, bool);                     \
+  template void max_into(const T*, T*, std::uint16_t*, std::size_t, std::uint16_t);            \
+  template void add_where(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);     \
+  template void copy_where(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);
+DPGRAD_SIMD_INSTANTIATE(float)
+DPGRAD_SIMD_INSTANTIATE(double)
+#undef DPGRAD_SIMD_INSTANTIATE
+
+}  // namespace dpgrad::simd

@@ -1,0 +1,49 @@
+// The engine's SIMD kernels, chosen at run time: AVX2 with FMA on a CPU that has
+// both, else the build's baseline (x86-64-v2 in the default, portable build).
+// The choice is made once, from the CPU alone (docs/library.md, "Portable builds").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dpgrad::simd {
+
+/// The instruction set the kernels below run with: "avx2+fma" or "baseline".
+std::string kernel_set();
+
+/// The largest element of x[0, n) (n >= 1).
+template <class T>
+T max(const T* x, std::size_t n);
+/// x = exp(x - shift) over [0, n); returns the sum of the new values.
+template <class T>
+T exp_shifted(T* x, std::size_t n, T shift);
+/// out = exp(a) over [0, n).
+template <class T>
+void exp(const T* a, T* out, std::size_t n);
+/// out = x Phi(x) (GELU, Phi the standard normal CDF) over [0, n), or its
+/// derivative Phi(x) + x phi(x) when `derivative`.
+template <class T>
+void gelu(const T* a, T* out, std::size_t n, bool derivative);
+/// out = sigmoid(a + b) over [0, n), or sigmoid(a) when b is null.
+template <class T>
+void sigmoid(const T* a, const T* b, T* out, std::size_t n);
+/// out = tanh(a + b) over [0, n), or tanh(a) when b is null.
+template <class T>
+void tanh(const T* a, const T* b, T* out, std::size_t n);
+
+/// g = d * o, or s * d when o is null; g += that when `accumulate`; over [0, n).
+template <class T>
+void scaled_into(const T* d, const T* o, T s, T* g, std::size_t n, bool accumulate);
+/// Max pooling, window element e: m = max(m, v) over [0, n) and a = e where v
+/// won (strictly: the first maximum stays, as does a NaN in m).
+template <class T>
+void max_into(const T* v, T* m, std::uint16_t* a, std::size_t n, std::uint16_t e);
+/// d += u where a == e, over [0, n).
+template <class T>
+void add_where(const T* u, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n);
+/// d = t where a == e, over [0, n).
+template <class T>
+void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n);
+
+}  // namespace dpgrad::simd

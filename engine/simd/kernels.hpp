@@ -1,0 +1,165 @@
+// The SIMD kernels of the engine's hottest elementwise work, written once for
+// any xsimd instruction set (Arch) and built for several (docs/library.md,
+// "Portable builds"): kernels.cpp for the build's baseline, avx2.cpp for AVX2 with
+// FMA. Not installed; engine/simd.hpp is what the engine calls.
+//
+// This header is read by translation units compiled with other target flags than
+// the rest of the library, so it includes nothing but xsimd and the standard
+// library, and every function here is a member of Kernels<Arch>: each build of
+// it has names of its own, and none can stand in for another at link time.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+
+#include <xsimd/xsimd.hpp>
+
+namespace dpgrad::simd::detail {
+
+template <class Arch>
+struct Kernels {
+  template <class T>
+  using V = xsimd::batch<T, Arch>;
+
+  /// The largest element of x (n >= 1).
+  template <class T>
+  static T max(const T* x, std::size_t n) {
+    T m = -std::numeric_limits<T>::infinity();
+    std::size_t i = 0;
+    if (n >= V<T>::size) {
+      V<T> acc = V<T>::load_unaligned(x);
+      for (i = V<T>::size; i + V<T>::size <= n; i += V<T>::size) acc = xsimd::max(acc, V<T>::load_unaligned(x + i));
+      alignas(64) T lanes[V<T>::size];
+      acc.store_aligned(lanes);
+      for (std::size_t l = 0; l < V<T>::size; ++l) m = lanes[l] > m ? lanes[l] : m;
+    }
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+  }
+
+  /// x = exp(x - shift) over [0, n); returns the sum of the new values.
+  template <class T>
+  static T exp_shifted(T* x, std::size_t n, T shift) {
+    std::size_t i = 0;
+    V<T> acc(T(0)), s(shift);
+    for (; i + V<T>::size <= n; i += V<T>::size) {
+      const V<T> e = xsimd::exp(V<T>::load_unaligned(x + i) - s);
+      e.store_unaligned(x + i);
+      acc += e;
+    }
+    T total = xsimd::hadd(acc);
+    for (; i < n; ++i) {
+      x[i] = std::exp(x[i] - shift);
+      total += x[i];
+    }
+    return total;
+  }
+
+  /// out = exp(a) over [0, n).
+  template <class T>
+  static void exp(const T* a, T* out, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + V<T>::size <= n; i += V<T>::size) xsimd::exp(V<T>::load_unaligned(a + i)).store_unaligned(out + i);
+    for (; i < n; ++i) out[i] = std::exp(a[i]);
+  }
+
+  /// out = x Phi(x) (GELU) or, with `derivative`, Phi(x) + x phi(x), over [0, n).
+  template <class T>
+  static void gelu(const T* a, T* out, std::size_t n, bool derivative) {
+    constexpr T r2 = T(std::numbers::sqrt2 / 2), inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+    const V<T> half(T(0.5)), vr2(r2), vphi(inv_sqrt_2pi), mhalf(T(-0.5));
+    std::size_t i = 0;
+    for (; i + V<T>::size <= n; i += V<T>::size) {
+      const V<T> x = V<T>::load_unaligned(a + i);
+      const V<T> cdf = half * xsimd::erfc(-x * vr2);
+      if (derivative) (cdf + x * xsimd::exp(mhalf * x * x) * vphi).store_unaligned(out + i);
+      else (x * cdf).store_unaligned(out + i);
+    }
+    for (; i < n; ++i) {
+      const T cdf = T(0.5) * std::erfc(-a[i] * r2);
+      out[i] = derivative ? cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi : a[i] * cdf;
+    }
+  }
+
+  /// out = sigmoid(a + b) (tanh with `tanh`) over [0, n); f(a) when b is null.
+  template <class T>
+  static void squash(const T* a, const T* b, T* out, std::size_t n, bool tanh) {
+    std::size_t i = 0;
+    for (; i + V<T>::size <= n; i += V<T>::size) {
+      V<T> z = V<T>::load_unaligned(a + i);
+      if (b) z += V<T>::load_unaligned(b + i);
+      if (tanh) xsimd::tanh(z).store_unaligned(out + i);
+      else (V<T>(T(1)) / (V<T>(T(1)) + xsimd::exp(-z))).store_unaligned(out + i);
+    }
+    for (; i < n; ++i) {
+      const T z = b ? a[i] + b[i] : a[i];
+      out[i] = tanh ? std::tanh(z) : T(1) / (T(1) + std::exp(-z));
+    }
+  }
+
+  /// g = d * o, or s * d when o is null; g += that when `accumulate`; over [0, n).
+  template <class T>
+  static void scaled_into(const T* __restrict d, const T* __restrict o, T s, T* __restrict g, std::size_t n,
+                          bool accumulate) {
+    if (o && accumulate) for (std::size_t l = 0; l < n; ++l) g[l] += d[l] * o[l];
+    else if (o) for (std::size_t l = 0; l < n; ++l) g[l] = d[l] * o[l];
+    else if (accumulate) for (std::size_t l = 0; l < n; ++l) g[l] += s * d[l];
+    else for (std::size_t l = 0; l < n; ++l) g[l] = s * d[l];
+  }
+
+  // Max pooling's passes over one window element e (plain loops: the compiler
+  // vectorises them for the instruction set of the file that builds them).
+
+  /// m = max(m, v) over [0, n), a = e where v won (strictly: the first max stays, as does a NaN in m).
+  template <class T>
+  static void max_into(const T* __restrict v, T* __restrict m, std::uint16_t* __restrict a, std::size_t n,
+                       std::uint16_t e) {
+    for (std::size_t l = 0; l < n; ++l) {
+      const bool greater = v[l] > m[l];
+      m[l] = greater ? v[l] : m[l];
+      a[l] = greater ? e : a[l];
+    }
+  }
+  /// d += u where a == e, over [0, n).
+  template <class T>
+  static void add_where(const T* __restrict u, const std::uint16_t* __restrict a, std::uint16_t e, T* __restrict d,
+                        std::size_t n) {
+    for (std::size_t l = 0; l < n; ++l) d[l] += a[l] == e ? u[l] : T(0);
+  }
+  /// d = t where a == e, over [0, n).
+  template <class T>
+  static void copy_where(const T* __restrict t, const std::uint16_t* __restrict a, std::uint16_t e, T* __restrict d,
+                         std::size_t n) {
+    for (std::size_t l = 0; l < n; ++l) d[l] = a[l] == e ? t[l] : d[l];
+  }
+};
+
+/// One instruction set's kernels for T, as function pointers.
+template <class T>
+struct Table {
+  T (*max)(const T*, std::size_t);
+  T (*exp_shifted)(T*, std::size_t, T);
+  void (*exp)(const T*, T*, std::size_t);
+  void (*gelu)(const T*, T*, std::size_t, bool);
+  void (*squash)(const T*, const T*, T*, std::size_t, bool);
+  void (*scaled_into)(const T*, const T*, T, T*, std::size_t, bool);
+  void (*max_into)(const T*, T*, std::uint16_t*, std::size_t, std::uint16_t);
+  void (*add_where)(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);
+  void (*copy_where)(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);
+};
+
+template <class Arch, class T>
+constexpr Table<T> table_of() {
+  using K = Kernels<Arch>;
+  return {&K::template max<T>, &K::template exp_shifted<T>, &K::template exp<T>, &K::template gelu<T>,
+          &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>};
+}
+
+/// AVX2 with FMA (avx2.cpp, built only for x86-64).
+const Table<float>& avx2_float();
+const Table<double>& avx2_double();
+
+}  // namespace dpgrad::simd::detail
