@@ -43,6 +43,7 @@
 #include "bench/bench_gemm.hpp"
 #include "bench/bench_process.hpp"
 #include "engine/runtime.hpp"
+#include "engine/simd.hpp"
 #include "engine/blas.hpp"
 #include "engine/random.hpp"
 #include "bench/options.hpp"
@@ -364,9 +365,13 @@ struct TransformerPeer {
   std::size_t batch;
   double torch_ms, opacus_ms, torch_mb, opacus_mb;
 };
-// Not measured on this machine yet (issue 35): empty, so no table is printed.
-constexpr const char* kTransformerPeersMeasured = "(not measured yet)";
-const std::vector<TransformerPeer> kTransformerPeers{};
+// Measured by bench/peers_transformer.py (PyTorch 1.13 from Debian, Opacus v1.4.0
+// from source, 2 threads, OpenBLAS single-threaded, 7 timed steps) on 2026-11-27,
+// twice, interleaved with dpgrad-bench's own transformer rows; the faster of the
+// two runs' medians and the smaller peak RSS: the peers' best.
+constexpr const char* kTransformerPeersMeasured =
+    "PyTorch 1.13 and Opacus 1.4 on this machine kind (AMD EPYC, 2 cores), 2026-11-27, bench/peers_transformer.py";
+const std::vector<TransformerPeer> kTransformerPeers{{64, 366.7, 646.3, 480, 775}, {256, 1807.7, 3310.8, 1019, 1926}};
 
 /// The transformer's side-by-side table over every batch measured, with the
 /// targets of the issue: a non-private step >= 1.5x faster than PyTorch's, ghost
@@ -728,6 +733,8 @@ void write_markdown(const std::string& path, const std::string& command, const s
      << "Written by `dpgrad-bench` (`./dev bench` runs the default suite and writes this file).\n\n"
      << fmt::format("- Machine: {}, {} cores, {:.1f} GiB RAM, engine threads {} (OpenBLAS single-threaded inside them)\n", cpu_model(),
                     std::thread::hardware_concurrency(), mem_total_gib(), threads)
+     << fmt::format("- Build: `{}`; the engine's SIMD kernels: {} (chosen at run time, docs/library.md)\n",
+                    DPGRAD_BUILD_FLAGS, simd::kernel_set())
      << fmt::format("- Load average when the run started (1, 5, 15 min; other processes add noise): {}\n", load)
      << fmt::format("- Date: {}\n", utc_now()) << fmt::format("- Command: `{}`\n", command)
      << fmt::format("- Total time: {:.0f} s\n\n", total_s)
