@@ -16,7 +16,10 @@ using detail::Table;
 /// True when this CPU runs the AVX2 kernels (and this build has them).
 bool use_avx2() {
 #if DPGRAD_SIMD_AVX2
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes = [] {
+    __builtin_cpu_init();  // also when the first call comes from another file's static initialisation
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return yes;
 #else
   return false;
