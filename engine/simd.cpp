@@ -1,8 +1,6 @@
 // Run-time choice of the SIMD kernels (engine/simd.hpp).
 #include "engine/simd.hpp"
 
-#include <type_traits>
-
 #include "engine/config.hpp"
 
 #include "engine/simd/kernels.hpp"
@@ -30,10 +28,7 @@ template <class T>
 const Table<T>& kernels() {
   static constexpr Table<T> baseline = detail::table_of<xsimd::default_arch, T>();
 #if DPGRAD_SIMD_AVX2
-  if (use_avx2()) {
-    if constexpr (std::is_same_v<T, float>) return detail::avx2_float();
-    else return detail::avx2_double();
-  }
+  if (use_avx2()) return detail::avx2<T>();
 #endif
   return baseline;
 }

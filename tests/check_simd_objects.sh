@@ -6,7 +6,7 @@
 # program would then stop with an illegal instruction on a CPU without AVX2.
 # This checks that every function the AVX2 archive defines for others to use
 # has the AVX2 instruction set in its name (a Kernels<fma3<avx2>> member, an
-# xsimd kernel for that arch, or avx2_float / avx2_double), or is data.
+# xsimd kernel for that arch, or the avx2<T>() tables), or is data.
 #   check_simd_objects.sh ARCHIVE_OR_OBJECT...
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 ARCHIVE_OR_OBJECT..." >&2; exit 2; }

@@ -11,6 +11,7 @@
 #include "engine/blas.hpp"
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/simd.hpp"
 
 namespace dpgrad {
 

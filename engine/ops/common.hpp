@@ -16,8 +16,6 @@
 #include "engine/op.hpp"
 #include "engine/parallel.hpp"
 
-#include "engine/simd.hpp"
-
 namespace dpgrad::detail {
 
 using dpgrad::shape_str;
@@ -110,19 +108,6 @@ void copy_along(const T* src, AxisSplit s, std::size_t sb, T* dst, AxisSplit d, 
     else
       std::copy_n(from, run, to);
   }
-}
-
-/// The two bounded activations of the recurrent cells.
-enum class Squash { sigmoid, tanh };
-
-/// out[i] = f(a[i] + b[i]) over [0, n) for f = sigmoid or tanh, or f(a[i]) when
-/// b is null: the SIMD kernels of engine/simd.hpp, straight on the pointers, so
-/// runs as short as one gate's row (tens of values) pay no per-call setup,
-/// which an xtensor expression over an adapted pointer does.
-template <Squash F, class T>
-void squash(const T* a, const T* b, T* out, std::size_t n) {
-  if constexpr (F == Squash::sigmoid) simd::sigmoid(a, b, out, n);
-  else simd::tanh(a, b, out, n);
 }
 
 /// Rows per parallel piece of the bias passes: about 2^14 values each.

@@ -10,6 +10,7 @@
 
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/simd.hpp"
 #include "engine/parallel.hpp"
 #include "engine/per_sample_rule.hpp"
 

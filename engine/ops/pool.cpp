@@ -9,6 +9,7 @@
 
 #include "engine/conv.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/simd.hpp"
 #include "engine/parallel.hpp"
 
 namespace dpgrad {

@@ -7,6 +7,7 @@
 
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
+#include "engine/simd.hpp"
 #include "engine/parallel.hpp"
 
 namespace dpgrad {
@@ -126,16 +127,14 @@ struct GatesOp final : Op<T> {
     const T* px = x[0]->data();
     const T* ph = has_h ? x[1]->data() : nullptr;
     T* pa = a.data();
-    using detail::Squash;
-    using detail::squash;
     for_rows(zs[0], W, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         const T* xr = px + x_row(r, W);
         const T* hr = has_h ? ph + r * W : nullptr;
         T* ar = pa + r * W;
-        squash<Squash::sigmoid>(xr, hr, ar, 2 * H);  // i, f
-        squash<Squash::tanh>(xr + 2 * H, hr ? hr + 2 * H : nullptr, ar + 2 * H, H);  // g
-        squash<Squash::sigmoid>(xr + 3 * H, hr ? hr + 3 * H : nullptr, ar + 3 * H, H);  // o
+        simd::sigmoid(xr, hr, ar, 2 * H);  // i, f
+        simd::tanh(xr + 2 * H, hr ? hr + 2 * H : nullptr, ar + 2 * H, H);  // g
+        simd::sigmoid(xr + 3 * H, hr ? hr + 3 * H : nullptr, ar + 3 * H, H);  // o
       }
     });
     return a;
@@ -347,7 +346,7 @@ struct OutputOp final : Op<T> {
     T* pt = tc.data();
     T* ph = h.data();
     for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
-      detail::squash<detail::Squash::tanh>(pc + r0 * H, static_cast<const T*>(nullptr), pt + r0 * H, (r1 - r0) * H);
+      simd::tanh(pc + r0 * H, static_cast<const T*>(nullptr), pt + r0 * H, (r1 - r0) * H);
       for (std::size_t r = r0; r < r1; ++r)
         for (std::size_t j = 0; j < H; ++j) ph[r * H + j] = pa[r * W + 3 * H + j] * pt[r * H + j];
     });

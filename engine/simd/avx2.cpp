@@ -7,15 +7,12 @@
 
 namespace dpgrad::simd::detail {
 
-using Avx2 = xsimd::fma3<xsimd::avx2>;
-
-const Table<float>& avx2_float() {
-  static constexpr Table<float> t = table_of<Avx2, float>();
+template <class T>
+const Table<T>& avx2() {
+  static constexpr Table<T> t = table_of<xsimd::fma3<xsimd::avx2>, T>();
   return t;
 }
-const Table<double>& avx2_double() {
-  static constexpr Table<double> t = table_of<Avx2, double>();
-  return t;
-}
+template const Table<float>& avx2();
+template const Table<double>& avx2();
 
 }  // namespace dpgrad::simd::detail

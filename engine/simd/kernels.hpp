@@ -158,8 +158,8 @@ constexpr Table<T> table_of() {
           &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>};
 }
 
-/// AVX2 with FMA (avx2.cpp, built only for x86-64).
-const Table<float>& avx2_float();
-const Table<double>& avx2_double();
+/// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).
+template <class T>
+const Table<T>& avx2();
 
 }  // namespace dpgrad::simd::detail
