@@ -30,6 +30,7 @@
 #include "optim/dp_optimizer.hpp"
 #include "optim/pate/teachers.hpp"
 #include "optim/run/private_trainer.hpp"
+#include "optim/run/report.hpp"
 #include "optim/run/tune.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/calibration.hpp"

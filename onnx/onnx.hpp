@@ -100,6 +100,13 @@ class OnnxModelT final : public ModelT<T> {
   /// exact per-sample rule covers (vanilla and ghost refuse the model; naive
   /// and jl:K run). Empty for the exported models of the issue's list.
   std::vector<std::string> inexact_uses() const;
+  /// Refuses data the model cannot read (std::invalid_argument naming `data`):
+  /// examples of `sample_shape` (one example's, without the batch axis) when the
+  /// input takes another, or `classes` classes when the output has another number.
+  void check_data(const Shape& sample_shape, std::size_t classes, const std::string& data) const;
+  /// What a program shows of the model: "N parameters (P tensors), F frozen
+  /// tensors", then a line for each of inexact_uses().
+  std::vector<std::string> describe() const;
   /// Per-sample gradients in the file's layout: `internal`, one array per
   /// trainable parameter (B, ...parameter shape) in parameters() order, as
   /// the initializers they come from, (B, ...initializer shape), by name.

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "engine/conv.hpp"
 #include "engine/ops.hpp"
@@ -866,6 +868,29 @@ std::vector<ArrayT<T>> OnnxModelT<T>::all_values() const {
 template <class T>
 std::vector<std::string> OnnxModelT<T>::inexact_uses() const {
   return program_->inexact;
+}
+
+template <class T>
+void OnnxModelT<T>::check_data(const Shape& sample_shape, std::size_t classes, const std::string& data) const {
+  const InputSpec& in = input();
+  if (sample_shape != in.sample_shape)
+    throw std::invalid_argument(name() + " reads examples of shape " + shape_str(in.sample_shape) + " (input '" +
+                                in.name + "'), " + data + " gives " + shape_str(sample_shape) +
+                                (in.tokens ? " (sequences of that length: export the model for it)" : ""));
+  if (output_classes() != classes)
+    throw std::invalid_argument(name() + " outputs " + std::to_string(output_classes()) + " classes, " + data + " has " +
+                                std::to_string(classes) + " (keep only the classes it outputs: --classes)");
+}
+
+template <class T>
+std::vector<std::string> OnnxModelT<T>::describe() const {
+  std::size_t frozen = 0;
+  for (const auto& p : parameter_info()) frozen += p.frozen;
+  std::vector<std::string> lines{name() + ": " + std::to_string(this->parameter_count()) + " parameters (" +
+                                 std::to_string(parameters().size()) + " tensors), " + std::to_string(frozen) +
+                                 " frozen tensors"};
+  for (const auto& u : inexact_uses()) lines.push_back("  no exact per-sample rule: " + u + " (naive and jl:K run it)");
+  return lines;
 }
 
 template <class T>

@@ -24,12 +24,11 @@
 #include "layers/norm.hpp"
 #include "layers/registry.hpp"
 #include "optim/run/private_trainer.hpp"
+#include "optim/run/report.hpp"
 #include "privacy/schedule.hpp"
 #include "programs/cli.hpp"
 #include "programs/model_data.hpp"
 #include "programs/train/options.hpp"
-#include "programs/train/plot.hpp"
-#include "programs/train/report.hpp"
 #if DPGRAD_HAVE_ONNX
 #include "onnx/onnx.hpp"
 #endif
@@ -68,15 +67,9 @@ RunData load_data(const Options& o, ModelInput input, const Communicator* comm,
                                  s.test.size());
   require_model_reads(input, s, o.model, o.dataset);
   if (comm) d.positions = data::keep_shard(s, comm->rank(), comm->size());  // records keep their ids
-  if (input == ModelInput::scattering) {  // fixed and data-independent: computed once, no privacy cost
+  if (input == ModelInput::scattering)
     require(o.augment_views == 0, "--augment-views does not apply to " + o.model + ": its features are computed once");
-    const auto t = std::chrono::steady_clock::now();
-    s.train.inputs = scattering_inputs(s.train.inputs);
-    s.test.inputs = scattering_inputs(s.test.inputs);
-    say(fmt::format("scattering features (J = 2, L = 8) of {} train and {} test images: {} in {:.0f} s",
-                    s.train.size(), s.test.size(), shape_str(shape_of(s.train.inputs)),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count()));
-  }
+  compute_model_inputs(input, s, say);
   return d;
 }
 
@@ -91,29 +84,6 @@ std::unique_ptr<ModelT<float>> load_onnx_model(const Options& o) {
   return onnx::load<float>(o.model.substr(5), lo);
 #else
   throw std::invalid_argument("--model " + o.model + ": this dpgrad was built without ONNX (-Donnx)");
-#endif
-}
-
-/// An imported model's input and output against the data: what it reads, each example's shape, the classes.
-void check_onnx_model(const Options& o, ModelT<float>& model, const data::DataSplit& s,
-                      const std::function<void(const std::string&)>& say) {
-#if DPGRAD_HAVE_ONNX
-  auto& m = dynamic_cast<onnx::OnnxModelT<float>&>(model);
-  const onnx::InputSpec& in = m.input();
-  Shape shape = s.tokens ? shape_of(s.train.tokens) : shape_of(s.train.inputs);
-  shape.erase(shape.begin());
-  require(shape == in.sample_shape,
-          fmt::format("{} reads examples of shape {} (input '{}'), {} gives {}{}", o.model, shape_str(in.sample_shape),
-                      in.name, o.dataset, shape_str(shape),
-                      s.tokens ? " (sequences of that length: export the model for it)" : ""));
-  require(m.output_classes() == s.classes,
-          fmt::format("{} outputs {} classes, {} has {} (select classes with --classes)", o.model, m.output_classes(),
-                      o.dataset, s.classes));
-  std::size_t frozen = 0;
-  for (const auto& p : m.parameter_info()) frozen += p.frozen;
-  say(fmt::format("{}: {} parameters ({} tensors), {} frozen tensors{}", o.model, m.parameter_count(),
-                  m.parameters().size(), frozen, o.freeze.empty() ? "" : " (--freeze " + o.freeze + ")"));
-  for (const auto& u : m.inexact_uses()) say("  no exact per-sample rule: " + u + " (naive and jl:K run it)");
 #endif
 }
 
@@ -152,6 +122,27 @@ PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Co
   return c;
 }
 
+/// The top of the output: the run, the plan, the library's facts, and what the options add.
+void print_header(const Options& o, PrivateTrainer& t, const std::string& model, std::size_t parameters,
+                  const std::string& data, const std::vector<std::string>& lr_scales, const std::function<void(const std::string&)>& say) {
+  say(fmt::format("dpgrad-train: {} ({} parameters) on {}", model, parameters, data));
+  say(fmt::format("  optimizer {} lr {} ({}), {}", o.optimizer, *o.lr,
+                  o.schedule == "cosine" ? fmt::format("cosine down to {}", o.lr_final) : o.schedule, t.plan().describe()));
+  for (const std::string& line : t.describe()) say("  " + line);
+  if (o.report_train_loss)
+    say("  the training loss is reported: it is computed from the private data without noise and is NOT covered "
+        "by epsilon");
+  if (o.augment_views > 0)
+    say(fmt::format("  augmentation multiplicity: {} views per example (shifts up to {} px{}), one clipped gradient "
+                    "per example", o.augment_views, o.augment_shift, o.augment_no_flip ? "" : ", flips"));
+  if (o.optimizer == "dp-adambc")
+    say(fmt::format("  Adam's second moment less the noise's variance {:.4g} (DP-AdamBC, floor {:g}; no privacy cost)",
+                    t.dp_optimizer().noise_variance(), o.adambc_floor));
+  if (!lr_scales.empty()) say(fmt::format("  learning rate per layer: {} (no privacy cost)", fmt::join(lr_scales, ", ")));
+  if (o.ema > 0) say(fmt::format("  evaluating the parameters' moving average (decay {}; no privacy cost)", o.ema));
+  if (o.sat_rho > 0) say(fmt::format("  DP-SAT: gradients taken {} along the last noised gradient (no privacy cost)", o.sat_rho));
+}
+
 int run(Options o, const std::set<std::string>& given, const json* resumed, const std::shared_ptr<Communicator>& comm) {
   const bool dp = is_dp(o.optimizer);
   o.threads = threads_per_rank(comm.get(), o.threads);
@@ -175,7 +166,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   PrivateTrainingConfig cfg = training_config(o, comm);
   check_training_config(cfg, *o.lr);
   if (!o.plot.empty()) {
-    require_gnuplot();
+    require_gnuplot("--plot");
     require_output_file(o.plot, "--plot");
   }
   // ---- data, model, optimizer (an imported model is read first: a bad file costs no data loading)
@@ -197,8 +188,14 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   spec.train_embedding = !o.frozen_embedding;
   spec.centred = o.centre_features > 0;
   FastRng init(o.seed);
-  if (model) check_onnx_model(o, *model, d.split, say);
-  else model = build_model<float>(o.model, spec, init);
+#if DPGRAD_HAVE_ONNX
+  if (auto* m = dynamic_cast<onnx::OnnxModelT<float>*>(model.get())) {  // its input and output against the data
+    Shape shape = d.split.tokens ? shape_of(d.split.train.tokens) : shape_of(d.split.train.inputs);
+    m->check_data(Shape(shape.begin() + 1, shape.end()), d.split.classes, o.dataset);
+    for (const auto& line : m->describe()) say(line + (o.freeze.empty() || line[0] == ' ' ? "" : " (--freeze " + o.freeze + ")"));
+  }
+#endif
+  if (!model) model = build_model<float>(o.model, spec, init);
   auto base = make_optimizer<float>(ospec, model->parameters());
   std::vector<std::string> lr_scales;
   for (const auto& [layer, factor] : parse_lr_scales(o.lr_scale)) {
@@ -233,35 +230,40 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   PrivateTrainer trainer(*model, *base, d.split.train, cfg);
   if (ospec.name == "adambc")
     dynamic_cast<Adam&>(*base).correct_noise(trainer.dp_optimizer().noise_variance(), o.adambc_floor);
-  RunFacts facts{&trainer, &o, model->name(), d.split.description, model->parameter_count(), lr_scales, comm.get()};
-  print_header(facts, say);
+  print_header(o, trainer, model->name(), model->parameter_count(), d.split.description, lr_scales, say);
 
   // ---- training: the trainer saves before each epoch is shown; the program keeps its history beside it
   json history = resumed ? resumed->at("history") : json::array();
   double seconds_before = resumed ? resumed->value("seconds", 0.0) : 0.0;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto out = [&](const json& row, const std::string& text) { fmt::print("{}\n", o.json_out ? row.dump() : text); };
   Progress progress("step", o.json_out);
   TrainHooksT<float> hooks;
   hooks.progress = [&](long done, long total) {  // shown per epoch
     const long per = trainer.steps_per_epoch(), epoch = (done - 1) / per;
     progress.update(done - epoch * per, std::min(per, total - epoch * per), fmt::format("epoch {:>3}", epoch + 1));
   };
-  hooks.record_epoch = [&](const EpochReport& e) { history.push_back(epoch_row(facts, e)); };
+  hooks.record_epoch = [&](const EpochReport& e) {
+    history.push_back(epoch_record(trainer, e, {o.report_train_loss, o.layer_snr}));
+  };
   hooks.extra = [&] {  // the classes let dpgrad-predict rebuild the model
     return json{{"options", run_options_json(o)}, {"classes", d.split.classes}, {"history", history}, {"seconds", elapsed()}};
   };
-  hooks.on_epoch = [&](const EpochReport& e) {
-    print_epoch(facts, history.back(), e.epsilon);
+  hooks.on_epoch = [&](const EpochReport&) {
+    out(history.back(), epoch_text(trainer, history.back()));
     check_standard_output();  // a lost epoch row stops the run (its checkpoint is on disk: --resume continues)
   };
   TrainResult result;
   try {
     result = trainer.train(hooks, &d.split.test);
   } catch (const DivergedError& e) {  // the step was taken and accounted; nothing of it is shown
-    report_diverged(facts, e);
+    const std::string message = diverged_message(trainer, e);
+    if (o.json_out) out(diverged_record(trainer, message), "");
+    throw std::runtime_error(message);
   }
-  json summary = summary_row(facts, result, history.empty() ? json::object() : history.back(), elapsed());
+  json summary = summary_record(trainer, result, history.empty() ? json::object() : history.back(), elapsed());
+  summary.update({{"model", model->name()}, {"optimizer", o.optimizer}});
 #if DPGRAD_HAVE_ONNX
   if (!o.export_onnx.empty() && (!comm || comm->rank() == 0)) {
     onnx::save(*model, o.export_onnx);
@@ -270,10 +272,10 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   }
 #endif
   if (!o.plot.empty()) {
-    plot_history(o.plot, history, dp && trainer.adds_noise(), plot_title(facts));
+    plot_history(o.plot, history, plot_title(trainer, model->name(), o.dataset, o.optimizer), "--plot");
     say("plot written to " + o.plot);
   }
-  print_summary(facts, summary);
+  out(summary, summary_text(trainer, summary));
   return 0;
 }
 

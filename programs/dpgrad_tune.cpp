@@ -78,10 +78,7 @@ int run(const Options& o) {
   // ---- data and the trials' factory
   data::DataSplit d = data::load_dataset(o.dataset, dopt);
   require_model_reads(entry.input, d, o.model, o.dataset);
-  if (entry.input == ModelInput::scattering) {  // fixed and data-independent: computed once, no privacy cost
-    d.train.inputs = scattering_inputs(d.train.inputs);
-    d.test.inputs = scattering_inputs(d.test.inputs);
-  }
+  compute_model_inputs(entry.input, d, say);
   ModelSpec spec = model_spec_of(d);
   spec.activation = parse_activation(o.activation);
   const TrialFactoryT<float> factory = [&](const TrialSettings& s) {

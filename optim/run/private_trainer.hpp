@@ -318,6 +318,8 @@ class PrivateTrainerT {
   /// per-parameter scales and its own settings). The ranks of a data-parallel run
   /// must agree on all of it (checked before anything else).
   const nlohmann::json& settings() const;
+  /// The config the run was built from (a resumed run's, with its checkpoint policy).
+  const PrivateTrainingConfigT<T>& config() const { return config_; }
 
   // ---- evaluation (with the parameter average when ema > 0)
   /// The model's Evaluation on `data`, run `chunk` examples at a time in

@@ -1,6 +1,6 @@
-// dpgrad-train's plot (programs/train/plot.hpp): gnuplot run as a child process
-// on a fixed script, in a private temporary folder.
-#include "programs/train/plot.hpp"
+// A run's plot (optim/run/report.hpp): gnuplot run as a child process on a
+// fixed script, in a private temporary folder.
+#include "optim/run/report.hpp"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -13,11 +13,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
-#include "programs/cli.hpp"
+#include "engine/files.hpp"
+#include "privacy/accountant.hpp"  // format_number
 
-namespace dpgrad::train {
+namespace dpgrad {
 
 using json = nlohmann::json;
 
@@ -80,23 +81,24 @@ struct TempFolder {
 
 }  // namespace
 
-void require_gnuplot() {
+void require_gnuplot(const std::string& flag) {
   if (run_gnuplot({"-e", "exit"}) != 0)
     throw std::invalid_argument(
-        "--plot needs gnuplot, which was not found: install it with 'sudo apt-get install gnuplot-nox' (./dev deps does)");
+        flag + " needs gnuplot, which was not found: install it with 'sudo apt-get install gnuplot-nox' (./dev deps does)");
 }
 
-void plot_history(const std::string& out, const nlohmann::json& history, bool with_epsilon, const std::string& title) {
+void plot_history(const std::string& out, const json& history, const std::string& title, const std::string& flag) {
+  require_output_file(out, flag);  // before gnuplot runs
   TempFolder dir;
   const std::filesystem::path data = dir.path / "history.dat", script = dir.path / "plot.gp", png = dir.path / "plot.png";
   {
     std::ofstream d(data);
     d << "# epoch test_accuracy_percent epsilon clip_norm\n";
-    auto number = [](const json& row, const char* key) {
-      return row.contains(key) && row[key].is_number() ? fmt::format("{}", row[key].get<double>()) : std::string("NaN");
+    auto number = [](const json& row, const char* key, double scale = 1) {
+      return row.contains(key) && row[key].is_number() ? privacy::format_number(scale * row[key].get<double>()) : std::string("NaN");
     };
     for (const auto& row : history)
-      d << row["epoch"].get<long>() << ' ' << 100 * row["test_accuracy"].get<double>() << ' ' << number(row, "epsilon")
+      d << row.at("epoch").get<long>() << ' ' << number(row, "test_accuracy", 100) << ' ' << number(row, "epsilon")
         << ' ' << number(row, "clip_norm") << '\n';
     std::ofstream s(script);
     s << kScript;
@@ -107,14 +109,16 @@ void plot_history(const std::string& out, const nlohmann::json& history, bool wi
   for (char& c : shown)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   const bool clip = !history.empty() && history.back().contains("clip_norm");
+  bool with_epsilon = false;
+  for (const auto& row : history) with_epsilon = with_epsilon || row.contains("epsilon");
   const int rc = run_gnuplot(
       {"-c", script.string(), data.string(), png.string(), shown, with_epsilon ? "epsilon" : "-", clip ? "clip" : "-"});
   std::ifstream in(png, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (rc != 0 || bytes.empty())
     throw std::runtime_error("gnuplot could not draw the plot for " + out +
-                             (rc != 0 ? fmt::format(" (exit status {})", rc) : std::string()));
-  write_output_file(out, bytes, "--plot");
+                             (rc != 0 ? " (exit status " + std::to_string(rc) + ")" : std::string()));
+  write_output_file(out, bytes, flag);
 }
 
-}  // namespace dpgrad::train
+}  // namespace dpgrad
