@@ -52,6 +52,13 @@ std::string accuracy_text(const json& row) {
   return a.is_number() ? "test accuracy " + fixed(100 * a.get<double>(), 2) + "%" : "not evaluated";
 }
 
+/// A layer -> number object as "conv1 0.52, dense1 1.3" (`digits` significant digits).
+std::string by_layer(const json& values, int digits) {
+  std::string text;
+  for (const auto& [layer, v] : values.items()) text += (text.empty() ? "" : ", ") + layer + " " + format_number(v.get<double>(), digits);
+  return text;
+}
+
 /// The epsilon of a record's privacy fields (a number, or "inf" when nothing is proven).
 double record_epsilon(const json& row) {
   const json& e = row.at("epsilon");
@@ -72,11 +79,8 @@ std::string epoch_text(const PrivateTrainerT<T>& t, const json& row) {
   if (dp) text += ", " + t.privacy_statement(row.contains("epsilon") ? std::optional(record_epsilon(row)) : std::nullopt);
   if (row.contains("clip_norm")) text += ", clip norm now " + format_number(row["clip_norm"].get<double>(), 4);
   text += ", " + fixed(row.at("seconds").get<double>(), 1) + "s";
-  if (row.contains("layer_snr")) {
-    text += "\n  signal/noise per coordinate of the noised gradient: ";
-    const char* sep = "";
-    for (const auto& [layer, r] : row["layer_snr"].items()) text += sep + layer + " " + format_number(r.template get<double>(), 3), sep = ", ";
-  }
+  if (row.contains("layer_snr"))
+    text += "\n  signal/noise per coordinate of the noised gradient: " + by_layer(row["layer_snr"], 3);
   return text;
 }
 
@@ -112,11 +116,7 @@ std::string summary_text(const PrivateTrainerT<T>& t, const json& s) {
     text += " on " + comm->describe() + " (" + fixed(s.at("communication_seconds").get<double>(), 1) +
             "s of it summing and sending gradients, " + fixed(s.at("wait_seconds").get<double>(), 1) +
             "s waiting for the slowest rank)";
-  if (s.contains("layer_clip_norms")) {
-    text += "\neach layer's clip norm now: ";
-    const char* sep = "";
-    for (const auto& [layer, c] : s["layer_clip_norms"].items()) text += sep + layer + " " + format_number(c.template get<double>(), 4), sep = ", ";
-  }
+  if (s.contains("layer_clip_norms")) text += "\neach layer's clip norm now: " + by_layer(s["layer_clip_norms"], 4);
   return text;
 }
 

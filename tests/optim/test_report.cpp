@@ -93,6 +93,11 @@ TEST_CASE("report: a private run's records hold epsilon, and its training loss o
   CHECK(with_loss[1].contains("train_loss_not_covered_by_epsilon"));
   CHECK_FALSE(with_loss[1].contains("train_loss"));
   CHECK(has(line, "train loss (not covered by epsilon) "));
+
+  json snr = run(c, {false, true}, &summary, &final_line, &line);
+  REQUIRE(snr[1].contains("layer_snr"));
+  CHECK(snr[1]["layer_snr"].size() == 1);  // the one dense layer
+  CHECK(has(line, "\n  signal/noise per coordinate of the noised gradient: "));
 }
 
 TEST_CASE("report: a non-private run shows its training loss; adaptive clipping, releases and saves are in the summary") {
