@@ -90,7 +90,7 @@ json summary_record(PrivateTrainerT<T>& t, const TrainResult& r, const json& las
   s.update({{"final", true}, {"status", to_string(r.status)}, {"steps", t.steps_done()},
             {"planned_steps", t.total_steps() + t.steps_cut_for_budget()}, {"total_seconds", seconds},
             {"processes", t.processes()}, {"threads", blas::threads()}, {"step_seconds", r.step_seconds}});
-  if (t.plan().is_private()) s.update(t.privacy_json());
+  s.update(t.privacy_json());  // a non-private run's says so ("private": false)
   if (t.config().communicator) s["communication_seconds"] = r.communication_seconds, s["wait_seconds"] = r.wait_seconds;
   if (t.plan().is_private())
     s.update({{"clip_strategy", t.clipping().name()}, {"noise_multiplier", t.noise_multiplier()},

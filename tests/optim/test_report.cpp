@@ -113,6 +113,7 @@ TEST_CASE("report: a non-private run shows its training loss; adaptive clipping,
   CHECK(has(line, "train loss "));
   CHECK(has(final_line, "(non-private)"));
   CHECK_FALSE(summary.contains("noise_multiplier"));
+  CHECK(summary["private"] == false);
 
   test::TempDir dir;
   PrivateTrainingConfig c;
