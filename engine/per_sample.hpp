@@ -69,17 +69,19 @@ template <class T>
 ArrayT<T> weighted_gradient_sum(const ParamUses<T>& group, const ArrayT<T>& c);
 
 /// True when a parameter's per-sample gradients G_i (matmul or bias uses) take
-/// at most an eighth of the memory its uses already hold in activations and
+/// at most half the memory its uses already hold in activations and
 /// cotangents, as a convolution kernel's do over many positions (cnn26k's conv1:
-/// 1,024 values per sample against 15,680). Building them is then also cheaper
+/// 1,024 values per sample against 15,680) and an attention or MLP weight's over
+/// a sequence (the transformer's 64 x 64 query weight: 4,096 against 19,200). Building them is then also cheaper
 /// than the ghost norm, and sum_i c_i G_i from them avoids reading every use
 /// again; the ghost strategy keeps them for that.
 template <class T>
 bool per_sample_gradients_are_small(const ParamUses<T>& group, std::size_t batch);
 
 /// That rule for a (d, p) gradient whose uses hold `steps` rows of activations
-/// (d values) and cotangents (p values) per sample: 8 d p <= steps (d + p).
-inline bool gradient_is_small(std::size_t d, std::size_t p, std::size_t steps) { return 8 * d * p <= steps * (d + p); }
+/// (d values) and cotangents (p values) per sample: 2 d p <= steps (d + p)
+/// (EXPERIMENTS.md, "Which per-sample gradients ghost keeps").
+inline bool gradient_is_small(std::size_t d, std::size_t p, std::size_t steps) { return 2 * d * p <= steps * (d + p); }
 
 /// The method `automatic` picks for this parameter (for benchmarks and tests).
 template <class T>
