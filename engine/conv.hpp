@@ -83,8 +83,9 @@ TensorT<T> conv2d_direct(const TensorT<T>& x, const TensorT<T>& w, const TensorT
 
 /// True when `automatic` takes the direct route for a kernel of `patch` =
 /// kh*kw*C rows and `cout` columns over `positions` = Ho*Wo outputs: G_i at
-/// most an eighth of what a sample's patches and output gradients hold, and W within 2^14 values so that
-/// the kernels' working set stays in cache. cnn26k's conv1 (64 x 16 over 196
+/// most an eighth of what a sample's patches and output gradients hold
+/// (gradient_at_most), and W within 2^14 values so that the kernels' working
+/// set stays in cache. cnn26k's conv1 (64 x 16 over 196
 /// positions) qualifies; its conv2 (256 x 32 over 25) does not.
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions);
 

@@ -78,10 +78,15 @@ ArrayT<T> weighted_gradient_sum(const ParamUses<T>& group, const ArrayT<T>& c);
 template <class T>
 bool per_sample_gradients_are_small(const ParamUses<T>& group, std::size_t batch);
 
-/// That rule for a (d, p) gradient whose uses hold `steps` rows of activations
-/// (d values) and cotangents (p values) per sample: 2 d p <= steps (d + p)
+/// Whether a (d, p) gradient whose uses hold `steps` rows of activations (d
+/// values) and cotangents (p values) per sample takes at most 1/`times` of
+/// them: times d p <= steps (d + p).
+inline bool gradient_at_most(std::size_t times, std::size_t d, std::size_t p, std::size_t steps) {
+  return times * d * p <= steps * (d + p);
+}
+/// The rule of per_sample_gradients_are_small: at most half
 /// (EXPERIMENTS.md, "Which per-sample gradients ghost keeps").
-inline bool gradient_is_small(std::size_t d, std::size_t p, std::size_t steps) { return 2 * d * p <= steps * (d + p); }
+inline bool gradient_is_small(std::size_t d, std::size_t p, std::size_t steps) { return gradient_at_most(2, d, p, steps); }
 
 /// The method `automatic` picks for this parameter (for benchmarks and tests).
 template <class T>

@@ -192,7 +192,9 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   if (auto* m = dynamic_cast<onnx::OnnxModelT<float>*>(model.get())) {  // its input and output against the data
     Shape shape = d.split.tokens ? shape_of(d.split.train.tokens) : shape_of(d.split.train.inputs);
     m->check_data(Shape(shape.begin() + 1, shape.end()), d.split.classes, o.dataset);
-    for (const auto& line : m->describe()) say(line + (o.freeze.empty() || line[0] == ' ' ? "" : " (--freeze " + o.freeze + ")"));
+    std::vector<std::string> lines = m->describe();
+    if (!o.freeze.empty()) lines.front() += " (--freeze " + o.freeze + ")";
+    for (const auto& line : lines) say(line);
   }
 #endif
   if (!model) model = build_model<float>(o.model, spec, init);

@@ -271,8 +271,7 @@ struct DirectConvOp final : Op<T> {
 }  // namespace
 
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions) {
-  // a sample's kernel gradient at most an eighth of its patches and output gradients (EXPERIMENTS.md)
-  return 8 * patch * cout <= positions * (patch + cout) && patch * cout <= (std::size_t(1) << 14);
+  return gradient_at_most(8, patch, cout, positions) && patch * cout <= (std::size_t(1) << 14);
 }
 
 template <class T>
