@@ -199,12 +199,14 @@ class QuietRank {
 
 int run_on_every_rank(const std::string& program,
                       const std::function<int(const std::shared_ptr<Communicator>&)>& body,
-                      const std::string& out_of_memory) {
+                      const std::string& out_of_memory,
+                      const std::function<std::string(const std::string&)>& words) {
   std::shared_ptr<Communicator> comm;
   std::optional<QuietRank> quiet;
-  auto fail = [&](const std::string& message, bool alone) {
+  auto fail = [&](const std::string& what, bool alone) {
     quiet.reset();  // every rank's error is shown
     const std::string where = comm && comm->size() > 1 ? " (rank " + std::to_string(comm->rank()) + ")" : "";
+    const std::string message = words ? words(what) : what;
     std::fprintf(stderr, "%s: error%s: %s\n", program.c_str(), where.c_str(), message.c_str());
     std::fflush(stderr);
     if (alone && comm && comm->size() > 1) comm->abort(2);

@@ -109,11 +109,13 @@ void set_world_communicator_factory(std::shared_ptr<Communicator> (*factory)());
 /// printed as "PROGRAM: error (rank R): MESSAGE" on standard error, and the
 /// return is 2. A RefusedOnAllRanks ends every rank normally; any other
 /// exception on a rank of several aborts the job (the others would wait for it
-/// forever). std::bad_alloc is reported as `out_of_memory`. Returns the body's
-/// return otherwise (docs/distributed.md).
+/// forever). std::bad_alloc is reported as `out_of_memory`. `words`, when
+/// given, rewrites each message first (a program naming the library's settings by
+/// its flags). Returns the body's return otherwise (docs/distributed.md).
 int run_on_every_rank(const std::string& program,
                       const std::function<int(const std::shared_ptr<Communicator>&)>& body,
-                      const std::string& out_of_memory = "out of memory");
+                      const std::string& out_of_memory = "out of memory",
+                      const std::function<std::string(const std::string&)>& words = nullptr);
 
 class Rng;
 

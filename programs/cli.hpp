@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -166,6 +168,38 @@ inline std::optional<int> parse_arguments(CLI::App& app, int argc, const char* c
 }
 
 // ---------------------------------------------------------------- standard output
+
+/// A library message in a program's words: each setting it names by its field
+/// (clip_norm, checkpoints.every_steps) becomes the flag that sets it
+/// (--clip-norm). `flags` are the program's flags without "--": those of two or
+/// more words are found in their field's spelling ('_' for '-'); `renamed` maps
+/// the fields whose flag is spelled otherwise. Other words are left as they are.
+inline std::string in_flag_words(const std::string& message, const std::vector<std::string>& flags,
+                                 const std::vector<std::pair<std::string, std::string>>& renamed = {}) {
+  std::vector<std::pair<std::string, std::string>> fields = renamed;
+  for (std::string f : flags)
+    if (f.find('-') != std::string::npos) {
+      const std::string flag = "--" + f;
+      std::replace(f.begin(), f.end(), '-', '_');
+      fields.emplace_back(f, flag);
+    }
+  auto in_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  std::string out;
+  for (std::size_t i = 0; i < message.size();) {
+    std::size_t j = i;
+    while (j < message.size() && in_word(message[j])) ++j;
+    while (j > i && message[j - 1] == '.') --j;  // a full stop ends a sentence, not a field
+    if (j == i) {
+      out += message[i++];
+      continue;
+    }
+    const std::string word = message.substr(i, j - i);
+    const auto f = std::find_if(fields.begin(), fields.end(), [&](const auto& p) { return p.first == word; });
+    out += f == fields.end() ? word : f->second;
+    i = j;
+  }
+  return out;
+}
 
 /// Exit status of a program whose output could not be written.
 inline constexpr int kExitOutputFailed = 1;

@@ -301,5 +301,5 @@ int main(int argc, char** argv) {
         return finish_standard_output("dpgrad-train", run(o, parsed.given, o.resume ? &resumed : nullptr, comm));
       },
       "out of memory; lower --batch-size, or use --clip-strategy ghost (or microbatch), whose per-sample work takes "
-      "the least memory");
+      "the least memory", in_train_flags);
 }

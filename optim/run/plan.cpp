@@ -65,23 +65,33 @@ std::string num(double x) { return privacy::format_number(x, 6); }
 void check_plan_settings(const PlanSettings& c) {
   require(c.epochs > 0 && std::isfinite(c.epochs), "epochs must be > 0 and finite, got " + num(c.epochs));
   require(c.max_steps >= 0, "max_steps must be >= 0 (0: no limit), got " + std::to_string(c.max_steps));
+  require(!c.allow_large_delta || c.delta, "allow_large_delta accepts a delta of 1/N or more: it goes with a delta");
+  require(!c.allow_no_noise || (c.noise_multiplier == 0.0 && !c.target_epsilon),
+          "allow_no_noise goes with noise_multiplier 0 and no target_epsilon (a run without noise has no epsilon)");
   if (c.non_private) {
     require(!c.noise_multiplier && !c.target_epsilon, "a non-private run takes no noise_multiplier or target_epsilon");
     require(c.released_before.empty(), "a non-private run has no privacy ledger for releases made before training");
     return;
   }
   require(c.strategy_private, "the clipping strategy " + c.strategy + " is not private");
-  require(c.clip_norm > 0 && std::isfinite(c.clip_norm), "clip_norm must be > 0 and finite, got " + num(c.clip_norm));
+  // below 1e-12 the noise sigma C leaves the noise grid's range for every useful sigma (docs/noise.md)
+  require(c.clip_norm >= 1e-12 && c.clip_norm <= 1e6, "clip_norm must be in [1e-12, 1e6], got " + num(c.clip_norm));
+  require(c.jl_dim <= 1000, c.strategy + ": each of the K directions is a forward pass, so a step costs about K "
+                            "non-private steps (jl:1000 took 26 s a step on cnn26k); at most jl:1000 (ghost and "
+                            "vanilla give exact norms faster)");
   require(c.noise_multiplier || c.target_epsilon, "a private run needs a noise_multiplier or a target_epsilon");
   require(!c.noise_multiplier || (*c.noise_multiplier >= 0 && std::isfinite(*c.noise_multiplier)),
           "noise_multiplier must be >= 0 and finite, got " + num(c.noise_multiplier.value_or(0)));
   require(!c.target_epsilon || (*c.target_epsilon > 0 && std::isfinite(*c.target_epsilon)),
           "target_epsilon must be > 0 and finite, got " + num(c.target_epsilon.value_or(0)));
   require(!c.delta || (*c.delta > 0 && *c.delta < 1), "delta must be in (0, 1), got " + num(c.delta.value_or(0)));
-  if (c.noise_multiplier && *c.noise_multiplier == 0) {
-    require(c.allow_no_noise, "noise_multiplier 0 adds no noise and is NOT private; set allow_no_noise to insist");
-    require(!c.target_epsilon, "target_epsilon cannot be met without noise (noise_multiplier 0)");
-  }
+  if (c.noise_multiplier && *c.noise_multiplier > 0)
+    require(*c.noise_multiplier * c.clip_norm <= 0x1.0p900,
+            "noise_multiplier " + num(*c.noise_multiplier) + " times clip_norm " + num(c.clip_norm) + " is a noise "
+            "standard deviation of " + num(*c.noise_multiplier * c.clip_norm) + ", outside the noise grid's range "
+            "[2^-900, 2^900] (docs/noise.md)");
+  require(c.noise_multiplier != 0.0 || c.allow_no_noise,
+          "noise_multiplier 0 adds no noise and is NOT private; set allow_no_noise to insist");
   require(c.sampling != Sampling::shuffle || (c.epoch_fraction > 0 && c.epoch_fraction < 1),
           "epoch_fraction must be in (0, 1) for private shuffled training, got " + num(c.epoch_fraction));
   for (const PriorRelease& r : c.released_before)

@@ -44,6 +44,10 @@ struct Options {
 /// The run-defining options as JSON (flag name -> value).
 json run_options_json(const Options& o);
 
+/// A message of the library's in dpgrad-train's words: the settings it names
+/// (clip_norm, adaptive_clipping) become their flags (--clip-norm, --clip-quantile).
+std::string in_train_flags(const std::string& message);
+
 /// True for the dp-* optimizers.
 bool is_dp(const std::string& optimizer);
 

@@ -110,6 +110,26 @@ TEST_CASE("plan: refusals name the setting, and an unreachable target says what 
   s = demo();
   s.non_private = true;
   refused(s, 1000, {"non-private run takes no noise_multiplier or target_epsilon"});
+  // settings that would be silently ignored, and settings outside the noise grid's range or too slow to run
+  s = demo();
+  s.allow_large_delta = true;
+  refused(s, 1000, {"allow_large_delta", "goes with a delta"});
+  s = demo();
+  s.allow_no_noise = true;
+  refused(s, 1000, {"allow_no_noise goes with noise_multiplier 0 and no target_epsilon"});
+  s.noise_multiplier = 1.0;
+  s.target_epsilon.reset();
+  refused(s, 1000, {"allow_no_noise goes with noise_multiplier 0"});
+  s = demo();
+  s.clip_norm = 1e-13;
+  refused(s, 1000, {"clip_norm must be in [1e-12, 1e6], got 1e-13"});
+  s.clip_norm = 1e6;
+  s.noise_multiplier = 0x1.0p890;
+  refused(s, 1000, {"outside the noise grid's range"});
+  s = demo();
+  s.jl_dim = 1001;
+  s.strategy = "jl:1001";
+  refused(s, 1000, {"jl:1001", "at most jl:1000"});
   CHECK(sampling_from_string("fixed") == Sampling::fixed);
   test::check_error<std::invalid_argument>([] { sampling_from_string("random"); }, {"unknown sampler 'random'"});
 }

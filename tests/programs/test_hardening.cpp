@@ -412,7 +412,7 @@ TEST_CASE("dpgrad-train --clip-quantile: C is reported, checkpointed and resumed
   CHECK(by_layer["clip_strategy"] == "ghost+layers:adaptive");
   for (const auto& [flags, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--optimizer", "dp-sgd", "--noise-multiplier", "1", "--clip-strategy", "ghost+layers:adaptive"},
-            "give --clip-quantile GAMMA"},
+            "it needs adaptive clipping (--clip-quantile"},
            {{"--clip-lr", "0.5"}, "adaptive clipping, which is off"},
            {{"--clip-count-noise", "3"}, "adaptive clipping, which is off"},
            {{"--clip-quantile", "0.5"}, "needs a dp-* optimizer"},

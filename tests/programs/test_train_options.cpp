@@ -103,3 +103,15 @@ TEST_CASE("dpgrad-train options: settings a non-private run would ignore are ref
   CHECK_THROWS_WITH_AS(dpgrad::train::check_train_options(p.options, p.given),
                        doctest::Contains("--accountant rdp does not fit --sampler fixed"), std::invalid_argument);
 }
+
+TEST_CASE("dpgrad-train: the library's messages name its flags") {
+  using dpgrad::train::in_train_flags;
+  CHECK(in_train_flags("clip_norm must be in [1e-12, 1e6], got 0") == "--clip-norm must be in [1e-12, 1e6], got 0");
+  CHECK(in_train_flags("it needs adaptive clipping (adaptive_clipping: the quantile)") ==
+        "it needs adaptive clipping (--clip-quantile: the quantile)");
+  CHECK(in_train_flags("set checkpoints.every_steps. noise_multiplier 0 with allow_no_noise") ==
+        "set --checkpoint-every. --noise-multiplier 0 with --allow-no-noise");
+  // one-word flags are words of the sentence too: left alone, as are words that only contain a field's name
+  CHECK(in_train_flags("delta must be in (0, 1); layer_clip_norms, sat_rho_x") ==
+        "delta must be in (0, 1); layer_clip_norms, sat_rho_x");
+}
