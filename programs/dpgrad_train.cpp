@@ -47,7 +47,7 @@ struct RunData {
 
 data::DatasetOptions dataset_options(const Options& o) {
   data::DatasetOptions d;
-  d.seed = o.seed;
+  d.seed = o.run.seed;
   d.vocab_file = o.vocab_file;
   d.vocabulary = o.vocabulary;
   d.classes = o.classes;
@@ -80,7 +80,7 @@ std::unique_ptr<ModelT<float>> load_onnx_model(const Options& o) {
 #if DPGRAD_HAVE_ONNX
   onnx::LoadOptions lo;
   lo.freeze = o.freeze;
-  lo.dropout_seed = o.seed;
+  lo.dropout_seed = o.run.seed;
   return onnx::load<float>(o.model.substr(5), lo);
 #else
   throw std::invalid_argument("--model " + o.model + ": this dpgrad was built without ONNX (-Donnx)");
@@ -89,34 +89,18 @@ std::unique_ptr<ModelT<float>> load_onnx_model(const Options& o) {
 
 /// The library's config from the options: everything but the data and the model.
 PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Communicator>& comm) {
-  PrivateTrainingConfig c;
+  PrivateTrainingConfig c = o.run;  // the flags that are settings of the library's, and those derived below
   const bool dp = is_dp(o.optimizer);
   c.non_private = !dp;
-  c.clip_norm = o.clip_norm;
-  c.noise_multiplier = o.noise_multiplier;
-  c.target_epsilon = o.target_epsilon;
-  c.delta = o.delta;
-  c.allow_no_noise = o.allow_no_noise;
-  c.allow_large_delta = o.allow_large_delta;
-  c.epochs = o.epochs;
-  c.max_steps = o.max_steps;
-  c.batch_size = o.batch;
-  c.physical_batch_size = o.physical_batch;
   c.sampling = dp ? sampling_from_string(o.sampler) : Sampling::shuffle;
-  c.epoch_fraction = o.epoch_fraction;
-  if (dp) c.clipping = make_clip_strategy<float>(parse_clip_spec(o.strategy), double(o.batch));
+  if (dp) c.clipping = make_clip_strategy<float>(parse_clip_spec(o.strategy), double(c.batch_size));
   c.accounting = dp ? accounting_from_string(o.accountant) : Accounting::automatic;
-  c.sat_rho = o.sat_rho;
-  c.ema = o.ema;
   if (o.clip_quantile) {
     c.adaptive_clipping = AdaptiveClipping{*o.clip_quantile, o.clip_count_noise, o.clip_lr};
     c.adaptive_clipping->normalise = !o.clip_no_normalise;
   }
   c.lr_final = o.schedule == "cosine" ? o.lr_final : -1.0;
-  c.reproducible_noise = o.reproducible_noise;
-  c.seed = o.seed;
   c.checkpoints.dir = o.checkpoint_dir;
-  c.checkpoints.every_steps = o.checkpoint_every;
   c.checkpoints.resume = o.resume;
   c.communicator = comm;
   return c;
@@ -124,10 +108,9 @@ PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Co
 
 /// The top of the output: the run, the plan, the library's facts, and what the options add.
 void print_header(const Options& o, PrivateTrainer& t, const std::string& model, std::size_t parameters,
-                  const std::string& data, const std::vector<std::string>& lr_scales, const std::function<void(const std::string&)>& say) {
+                  const std::string& data, const std::function<void(const std::string&)>& say) {
   say(fmt::format("dpgrad-train: {} ({} parameters) on {}", model, parameters, data));
-  say(fmt::format("  optimizer {} lr {} ({}), {}", o.optimizer, *o.lr,
-                  o.schedule == "cosine" ? fmt::format("cosine down to {}", o.lr_final) : o.schedule, t.plan().describe()));
+  say("  " + t.plan().describe());
   for (const std::string& line : t.describe()) say("  " + line);
   if (o.report_train_loss)
     say("  the training loss is reported: it is computed from the private data without noise and is NOT covered "
@@ -135,12 +118,6 @@ void print_header(const Options& o, PrivateTrainer& t, const std::string& model,
   if (o.augment_views > 0)
     say(fmt::format("  augmentation multiplicity: {} views per example (shifts up to {} px{}), one clipped gradient "
                     "per example", o.augment_views, o.augment_shift, o.augment_no_flip ? "" : ", flips"));
-  if (o.optimizer == "dp-adambc")
-    say(fmt::format("  Adam's second moment less the noise's variance {:.4g} (DP-AdamBC, floor {:g}; no privacy cost)",
-                    t.dp_optimizer().noise_variance(), o.adambc_floor));
-  if (!lr_scales.empty()) say(fmt::format("  learning rate per layer: {} (no privacy cost)", fmt::join(lr_scales, ", ")));
-  if (o.ema > 0) say(fmt::format("  evaluating the parameters' moving average (decay {}; no privacy cost)", o.ema));
-  if (o.sat_rho > 0) say(fmt::format("  DP-SAT: gradients taken {} along the last noised gradient (no privacy cost)", o.sat_rho));
 }
 
 int run(Options o, const std::set<std::string>& given, const json* resumed, const std::shared_ptr<Communicator>& comm) {
@@ -187,7 +164,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   spec.hidden = o.hidden;
   spec.train_embedding = !o.frozen_embedding;
   spec.centred = o.centre_features > 0;
-  FastRng init(o.seed);
+  FastRng init(o.run.seed);
 #if DPGRAD_HAVE_ONNX
   if (auto* m = dynamic_cast<onnx::OnnxModelT<float>*>(model.get())) {  // its input and output against the data
     Shape shape = d.split.tokens ? shape_of(d.split.train.tokens) : shape_of(d.split.train.inputs);
@@ -199,11 +176,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
 #endif
   if (!model) model = build_model<float>(o.model, spec, init);
   auto base = make_optimizer<float>(ospec, model->parameters());
-  std::vector<std::string> lr_scales;
-  for (const auto& [layer, factor] : parse_lr_scales(o.lr_scale)) {
-    base->set_lr_scale(layer, factor);
-    lr_scales.push_back(fmt::format("{}={}", layer, factor));
-  }
+  for (const auto& [layer, factor] : parse_lr_scales(o.lr_scale)) base->set_lr_scale(layer, factor);
   if (o.centre_features > 0) {  // a private mean of the normalised features (docs/feature-centring.md)
     auto* centre = dynamic_cast<FeatureModelT<float>&>(*model).net().find<CentreT<float>>();
     const std::size_t n = centre->centre().size();  // rows clipped to norm sqrt(n): about one per feature
@@ -222,17 +195,17 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     augment.views = o.augment_views;
     augment.shift = o.augment_shift;
     augment.flip = !o.augment_no_flip;
-    augment.key = dp && !o.reproducible_noise ? data::random_hash_key() : data::hash_key_from_seed(o.seed);
+    augment.key = dp && !o.run.reproducible_noise ? data::random_hash_key() : data::hash_key_from_seed(o.run.seed);
     if (comm) comm->broadcast(augment.key.data(), augment.key.size(), 0);  // one key for the run
     cfg.transform = [&augment](const BatchT<float>& r, long step) { return data::augment_images(r, augment, step); };
   }
   cfg.positions = d.positions;
-  if (!resumed && dp && !o.noise_multiplier)
-    say(fmt::format("calibrating the noise multiplier for epsilon {}...", *o.target_epsilon));
+  if (!resumed && dp && !o.run.noise_multiplier)
+    say(fmt::format("calibrating the noise multiplier for epsilon {}...", *o.run.target_epsilon));
   PrivateTrainer trainer(*model, *base, d.split.train, cfg);
   if (ospec.name == "adambc")
     dynamic_cast<Adam&>(*base).correct_noise(trainer.dp_optimizer().noise_variance(), o.adambc_floor);
-  print_header(o, trainer, model->name(), model->parameter_count(), d.split.description, lr_scales, say);
+  print_header(o, trainer, model->name(), model->parameter_count(), d.split.description, say);
 
   // ---- training: the trainer saves before each epoch is shown; the program keeps its history beside it
   json history = resumed ? resumed->at("history") : json::array();

@@ -619,6 +619,24 @@ std::vector<std::string> PrivateTrainerT<T>::describe() const {
                       ", noise multiplier " + num(r.noise_multiplier) + " (accounted with the run" +
                       (resumed() ? "; kept in the checkpoint)" : ")"));
   }
+  // ---- what is done with the released gradients (no privacy cost)
+  std::string opt = "optimizer " + optimizer_.name() + " at lr " + num(base_lr_) +
+                    (config_.lr_final >= 0 ? ", cosine down to " + num(config_.lr_final) : std::string());
+  const auto settings = optimizer_.settings();
+  if (const auto v = settings.find("noise_variance"); v != settings.end() && v->second > 0)
+    opt += "; Adam's second moment less the noise's variance " + num(v->second) + " (DP-AdamBC, floor " +
+           num(settings.at("noise_floor")) + ")";
+  std::map<double, std::string> scaled;  // factor -> the parameters moving with lr * factor
+  for (std::size_t i = 0; i < optimizer_.params().size(); ++i)
+    if (optimizer_.lr_scale(i) != 1.0)
+      scaled[optimizer_.lr_scale(i)] += (scaled[optimizer_.lr_scale(i)].empty() ? "" : ", ") + optimizer_.params()[i].name();
+  for (const auto& [factor, names] : scaled) opt += "; lr x" + num(factor) + " for " + names;
+  lines.push_back(opt + (adds_noise() ? " (post-processing: no privacy cost)" : ""));
+  if (config_.ema > 0)
+    lines.push_back("evaluating the parameters' moving average (decay " + num(config_.ema) + "; no privacy cost)");
+  if (config_.sat_rho > 0)
+    lines.push_back("DP-SAT: gradients taken " + num(config_.sat_rho) + " along the last noised gradient (no privacy "
+                    "cost)");
   if (config_.communicator)
     lines.push_back("data-parallel: " + config_.communicator->describe() + ", " + std::to_string(blas::threads()) +
                     " engine threads each; each clips its shard of every batch, each coordinate is noised once "

@@ -69,19 +69,19 @@ void for_each_option(O& o, F&& f) {
   f("weight-decay", o.weight_decay, "L2 weight decay", kRun);
   f("adambc-floor", o.adambc_floor, "dp-adambc: floor of the corrected second moment, max(v_hat - noise variance, "
     "floor)", kRun);
-  f("ema", o.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)", kRun);
-  f("sat-rho", o.sat_rho, "DP-SAT: take the gradients at a step of this length towards the previous noised gradient "
+  f("ema", o.run.ema, "evaluate an exponential moving average of the parameters with this decay (0: off)", kRun);
+  f("sat-rho", o.run.sat_rho, "DP-SAT: take the gradients at a step of this length towards the previous noised gradient "
     "(0: off)", kRun);
-  f("epochs", o.epochs, "epochs (may be fractional)", kRun);
-  f("batch-size", o.batch, "batch size (expected size under Poisson sampling)", kRun);
-  f("physical-batch-size", o.physical_batch, "clip each batch in chunks of at most this many examples, noised and "
+  f("epochs", o.run.epochs, "epochs (may be fractional)", kRun);
+  f("batch-size", o.run.batch_size, "batch size (expected size under Poisson sampling)", kRun);
+  f("physical-batch-size", o.run.physical_batch_size, "clip each batch in chunks of at most this many examples, noised and "
     "accounted once (0: one piece; naive, vanilla, ghost)", kRun);
-  f("max-steps", o.max_steps, "stop after this many steps (0: no limit)", kRun);
+  f("max-steps", o.run.max_steps, "stop after this many steps (0: no limit)", kRun);
   f("clip-strategy", o.strategy, "naive, vanilla, ghost, jl:K, microbatch:M; per layer (each layer's part clipped to "
     "its share of C, the shares' squares summing to 1): ghost+layers (equal shares), ghost+layers:size (by the "
     "layers' sizes), ghost+layers:adaptive (each layer's C_g follows --clip-quantile on its own), likewise vanilla "
     "and naive", kRun);
-  f("clip-norm", o.clip_norm, "per-sample clipping norm C (with --clip-quantile: the first step's)", kRun);
+  f("clip-norm", o.run.clip_norm, "per-sample clipping norm C (with --clip-quantile: the first step's)", kRun);
   f("clip-quantile", o.clip_quantile, "GAMMA in [0, 1]: adaptive clipping, C follows this quantile of the per-sample "
     "norms through a noised count each step, accounted with the gradient (docs/adaptive-clipping.md)", kRun);
   f("clip-count-noise", o.clip_count_noise, "--clip-quantile: noise std of each step's count, above half the noise "
@@ -89,22 +89,22 @@ void for_each_option(O& o, F&& f) {
   f("clip-lr", o.clip_lr, "--clip-quantile: C <- C exp(-clip-lr (unclipped fraction - GAMMA))", kRun);
   f("clip-no-normalise", o.clip_no_normalise, "--clip-quantile: do not divide the noised sum by C (by default the "
     "learning rate applies to contributions in units of C, so that it means the same at every C)", kRun);
-  f("noise-multiplier", o.noise_multiplier, "sigma: noise std / C", kRun);
-  f("target-epsilon", o.target_epsilon, "calibrate sigma for this epsilon (or stop at it)", kRun);
-  f("delta", o.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 records); 1/N "
+  f("noise-multiplier", o.run.noise_multiplier, "sigma: noise std / C", kRun);
+  f("target-epsilon", o.run.target_epsilon, "calibrate sigma for this epsilon (or stop at it)", kRun);
+  f("delta", o.run.delta, "delta (default: the largest power of ten with delta N <= 0.6, 1e-5 for 60,000 records); 1/N "
     "or more only with --allow-large-delta", kRun);
-  f("allow-large-delta", o.allow_large_delta, "accept a --delta of 1/N or more, which allows publishing about delta N "
+  f("allow-large-delta", o.run.allow_large_delta, "accept a --delta of 1/N or more, which allows publishing about delta N "
     "records in full (a warning says so)", kRun);
   f("accountant", o.accountant, "default: pld (poisson), wor (fixed), shuffle (shuffle); also rdp (poisson)", kRun);
   f("sampler", o.sampler, "poisson, shuffle, fixed", kRun);
-  f("epoch-fraction", o.epoch_fraction, "shuffle: stop each pass after this fraction of the data", kRun);
-  f("reproducible-noise", o.reproducible_noise, "draw noise, sampling and JL directions from a generator seeded by "
+  f("epoch-fraction", o.run.epoch_fraction, "shuffle: stop each pass after this fraction of the data", kRun);
+  f("reproducible-noise", o.run.reproducible_noise, "draw noise, sampling and JL directions from a generator seeded by "
     "--seed, so that the run can be repeated: NOT private (the noise can be recomputed from the seed); default: the "
     "secure generator", kRun);
   f("report-train-loss", o.report_train_loss, "private runs: also report the training loss, which is computed from "
     "the private data without noise and is NOT covered by epsilon (labelled so wherever it appears)", kRun);
-  f("allow-no-noise", o.allow_no_noise, "accept --noise-multiplier 0 (NOT private)", kRun);
-  f("seed", o.seed, "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
+  f("allow-no-noise", o.run.allow_no_noise, "accept --noise-multiplier 0 (NOT private)", kRun);
+  f("seed", o.run.seed, "seed of the initialisation (and of the data order of non-private runs, and of the noise with "
     "--reproducible-noise)", kRun);
   f("train-limit", o.train_limit, "use only the first N training examples (0: all)", kRun);
   f("test-limit", o.test_limit, "use only the first N test examples (0: all)", kRun);
@@ -114,7 +114,7 @@ void for_each_option(O& o, F&& f) {
   f("json", o.json_out, "one JSON object per epoch and a final summary on stdout", kSession);
   f("checkpoint-dir", o.checkpoint_dir, "write checkpoints here (at each epoch's end and every --checkpoint-every "
     "steps)", kSession);
-  f("checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)", kRun);
+  f("checkpoint-every", o.run.checkpoints.every_steps, "also checkpoint every N steps (0: at epoch ends only)", kRun);
   f("resume", o.resume, "continue the run checkpointed in --checkpoint-dir (same settings, same ledger)", kSession);
   f("plot", o.plot, "write test accuracy and epsilon against epochs to this PNG (gnuplot)", kSession);
   f("demo", o.demo, "the demo run of ./dev demo (private cnn26k on Fashion-MNIST, epsilon 3); flags given replace "
@@ -184,7 +184,7 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
   require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
   require(o.freeze.empty() || onnx_model, "--freeze applies to --model onnx:PATH (the built-in models: see --frozen-embedding)");
   require(o.export_onnx.empty() || onnx_model, "--export-onnx applies to --model onnx:PATH");
-  require(o.export_onnx.empty() || o.ema == 0,
+  require(o.export_onnx.empty() || o.run.ema == 0,
           "--export-onnx writes the trained parameters, --ema evaluates their average: use one of them");
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");
   require(o.lr_final == 0 || o.schedule == "cosine", "--lr-final needs --lr-schedule cosine");
@@ -201,7 +201,7 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
                   privacy::default_accountant(o.sampler) + (o.sampler == "poisson" ? " or rdp" : "") + ")");
     }
   } else {
-    require(!o.noise_multiplier && !o.target_epsilon, "--noise-multiplier/--target-epsilon need a dp-* optimizer");
+    require(!o.run.noise_multiplier && !o.run.target_epsilon, "--noise-multiplier/--target-epsilon need a dp-* optimizer");
     // settings of the private mechanism that a non-private run would ignore
     const std::string why = " has no effect in a non-private run (--optimizer " + o.optimizer +
                             ": no clipping, no noise, no accountant, batches shuffled); leave it out, or use a dp-* "
@@ -213,7 +213,7 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
     o.strategy = "none";
   }
   sampling_from_string(o.sampler);  // throws on an unknown one
-  require(o.epoch_fraction == 1.0 || o.sampler == "shuffle",
+  require(o.run.epoch_fraction == 1.0 || o.sampler == "shuffle",
           "--epoch-fraction applies to --sampler shuffle only (this run samples " + o.sampler + ")");
   require(!o.clip_quantile || dp, "--clip-quantile adapts a private run's clip norm: it needs a dp-* optimizer");
   for (const char* flag : {"clip-count-noise", "clip-lr", "clip-no-normalise"})
@@ -222,9 +222,9 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
   require(!o.clip_quantile || o.optimizer != "dp-adambc",
           "--clip-quantile with dp-adambc: DP-AdamBC subtracts a fixed noise variance, and adaptive clipping changes "
           "it every step");
-  require(!o.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
+  require(!o.run.reproducible_noise || dp, "--reproducible-noise is for dp-* optimizers (non-private runs use --seed)");
   require(!o.report_train_loss || dp, "--report-train-loss is for dp-* optimizers (non-private runs report it anyway)");
-  require(!o.layer_snr || (dp && !(o.noise_multiplier && *o.noise_multiplier == 0)),
+  require(!o.layer_snr || (dp && !(o.run.noise_multiplier && *o.run.noise_multiplier == 0)),
           "--layer-snr compares the gradient with its noise: it needs a private run with noise");
   require(o.normalize.empty() || o.normalize.size() == 2, "--normalize needs MEAN,STD");
   for (const char* flag : {"augment-shift", "augment-no-flip"})

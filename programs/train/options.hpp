@@ -10,11 +10,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "optim/run/private_trainer.hpp"
+
 namespace dpgrad::train {
 
 using json = nlohmann::json;
 
 /// The flags' values (their meaning: the table in options.cpp, shown by --help).
+/// Those that are the library's settings are read into `run` directly.
 struct Options {
   std::string model = "mlp", dataset = "fashion-mnist", activation = "relu", vocab_file, freeze, export_onnx;
   std::size_t vocabulary = 8185, hidden = 256, augment_views = 0;
@@ -25,17 +28,19 @@ struct Options {
   std::vector<int> classes;
   std::vector<double> normalize;
   std::optional<double> lr;  // default: the base optimizer's own (default_lr)
-  double momentum = 0.9, weight_decay = 0.0, ema = 0.0, sat_rho = 0.0, lr_final = 0.0, adambc_floor = 1e-8;
-  double epochs = 2, clip_norm = 1.0, epoch_fraction = 1.0;
+  double momentum = 0.9, weight_decay = 0.0, lr_final = 0.0, adambc_floor = 1e-8;
   std::optional<double> clip_quantile;  // adaptive clipping's gamma (unset: C fixed)
   double clip_count_noise = 0, clip_lr = 0.2;
-  bool clip_no_normalise = false;
-  std::size_t batch = 256, physical_batch = 0, train_limit = 0, test_limit = 0;
-  std::optional<double> noise_multiplier, target_epsilon, delta;
-  bool reproducible_noise = false, allow_no_noise = false, allow_large_delta = false, report_train_loss = false;
-  std::uint64_t seed = 42;
-  long max_steps = 0, checkpoint_every = 0;
+  bool clip_no_normalise = false, report_train_loss = false;
+  std::size_t train_limit = 0, test_limit = 0;
   int threads = 0;
+  PrivateTrainingConfig run = [] {  // the program's defaults where they are not the library's
+    PrivateTrainingConfig c;
+    c.epochs = 2;
+    c.epoch_fraction = 1.0;
+    c.seed = 42;
+    return c;
+  }();
   // this invocation's, not the run's
   std::string checkpoint_dir, plot;
   bool resume = false, json_out = false, demo = false, layer_snr = false, show_record_counts = false;

@@ -2,6 +2,7 @@
 // calibrates with the sensitivity, refuses mismatches before any step, stops at
 // the budget, resumes exactly, and chunks logical batches; and the losses users
 // plug in reach every strategy.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -441,11 +442,26 @@ TEST_CASE("private trainer: the privacy statement rounds epsilon up and says wha
   np.non_private = true;
   np.epochs = 1;
   np.batch_size = 40;
+  np.ema = 0.5;
+  np.lr_final = 0.01;
   auto m4 = make_mlp<double>({8, 4, 3}, Activation::tanh, init);
   SgdT<double> sgd4(m4->parameters(), 0.05, 0.5);
+  sgd4.set_lr_scale(0, 2.0);
+  sgd4.set_lr_scale(2, 2.0);
   PrivateTrainerT<double> n(*m4, sgd4, train, np);
   CHECK(n.privacy_statement() == "non-private");
-  CHECK(n.describe().front().rfind("non-private training", 0) == 0);
+  const std::vector<std::string> plain = n.describe();
+  CHECK(plain.front().rfind("non-private training", 0) == 0);
+  // what is done with the gradients: the optimizer, its schedule and scales, the average
+  const auto has = [&](const std::string& text) {
+    return std::any_of(plain.begin(), plain.end(), [&](const std::string& l) { return l == text; });
+  };
+  CHECK(has("optimizer momentum at lr 0.05, cosine down to 0.01; lr x2 for " + m4->parameters()[0].name() + ", " +
+            m4->parameters()[2].name()));
+  CHECK(has("evaluating the parameters' moving average (decay 0.5; no privacy cost)"));
+  CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l == "optimizer momentum at lr 0.05 (post-processing: no privacy cost)";
+  }));
 }
 
 TEST_CASE("losses: closed forms, and every strategy agrees with the loop under MSE and BCE") {

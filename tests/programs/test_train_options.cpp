@@ -26,14 +26,14 @@ TEST_CASE("dpgrad-train --demo: the recipe fills in what the command line leaves
   auto demo = parse({"--demo"});
   REQUIRE_FALSE(demo.exit_code);
   CHECK(demo.options.model == "cnn26k");
-  CHECK(demo.options.clip_norm == 1.0);
-  CHECK(demo.options.batch == 4096);
-  CHECK(demo.options.target_epsilon == 3.0);
+  CHECK(demo.options.run.clip_norm == 1.0);
+  CHECK(demo.options.run.batch_size == 4096);
+  CHECK(demo.options.run.target_epsilon == 3.0);
   auto mine = parse({"--demo", "--clip-norm", "0.01", "--clip-quantile", "0.5", "--epochs", "3"});
   REQUIRE_FALSE(mine.exit_code);
   CHECK(mine.options.model == "cnn26k");
-  CHECK(mine.options.clip_norm == 0.01);  // before: silently replaced by the recipe's 1
-  CHECK(mine.options.epochs == 3.0);
+  CHECK(mine.options.run.clip_norm == 0.01);  // before: silently replaced by the recipe's 1
+  CHECK(mine.options.run.epochs == 3.0);
   CHECK(mine.options.clip_quantile == 0.5);
   CHECK(mine.options.lr == 0.5);
 }
@@ -42,7 +42,7 @@ TEST_CASE("dpgrad-train options: parsed as a function; flags given are recorded;
   auto ok = parse({"--optimizer", "dp-adam", "--noise-multiplier", "1.5", "--batch-size", "32"});
   CHECK_FALSE(ok.exit_code);
   CHECK(ok.options.optimizer == "dp-adam");
-  CHECK(ok.options.noise_multiplier == 1.5);
+  CHECK(ok.options.run.noise_multiplier == 1.5);
   CHECK(ok.given.count("optimizer") == 1);
   CHECK(ok.given.count("batch-size") == 1);
   CHECK(ok.given.count("model") == 0);
@@ -57,7 +57,7 @@ TEST_CASE("dpgrad-train options: parsed as a function; flags given are recorded;
   }
   auto demo = parse({"--demo"});
   CHECK(demo.options.model == "cnn26k");
-  CHECK(demo.options.target_epsilon == 3.0);
+  CHECK(demo.options.run.target_epsilon == 3.0);
 }
 
 TEST_CASE("dpgrad-train options: every option that holds numbers refuses an empty value and hexadecimal") {
@@ -76,9 +76,9 @@ TEST_CASE("dpgrad-train options: every option that holds numbers refuses an empt
     CHECK(*hex.exit_code == 2);
   }
   CHECK(*parse({"--batch-size", "010"}).exit_code == 2);  // CLI11 would read it as octal 8
-  CHECK(parse({"--batch-size", "10"}).options.batch == 10);
+  CHECK(parse({"--batch-size", "10"}).options.run.batch_size == 10);
   CHECK(parse({"--lr", "1e-3"}).options.lr == 1e-3);
-  CHECK(parse({"--sat-rho", "inf"}).options.sat_rho == INFINITY);  // a number: refused later, by the checks
+  CHECK(parse({"--sat-rho", "inf"}).options.run.sat_rho == INFINITY);  // a number: refused later, by the checks
   CHECK(dpgrad::is_decimal_real("-1.5e+3"));
   CHECK(dpgrad::is_decimal_real(".5"));
   for (const char* bad : {"", " 1", "1 ", "0x1p3", "1e", "e5", "--1", "1.2.3", "nan(1)"}) {
