@@ -18,12 +18,20 @@ std::uint64_t draw(const HashKey& key, std::uint64_t step, std::uint64_t id, std
 
 HashKey hash_key_from_seed(std::uint64_t seed) { return dpgrad::hash_key_from_seed(seed, "dpgrad-augment"); }
 
-BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step) {
+void check_augment(const ImageAugment& a, const Shape& images) {
   if (a.views < 1 || a.views > 256) throw std::invalid_argument("augmentation: views must be in 1..256, not " + std::to_string(a.views));
   if (a.shift < 0) throw std::invalid_argument("augmentation: shift must be >= 0, not " + std::to_string(a.shift));
-  if (batch.views != 1) throw std::invalid_argument("augmentation: the batch already has several views per example");
-  if (batch.inputs.dimension() < 3)
+  if (images.size() < 3)
     throw std::invalid_argument("augmentation needs image inputs (B, ..., H, W), not token sequences or flat features");
+  const std::size_t h = images[images.size() - 2], w = images.back();
+  if (std::size_t(a.shift) >= std::min(h, w))
+    throw std::invalid_argument("augmentation: shift " + std::to_string(a.shift) + " is not smaller than the images (" +
+                                std::to_string(h) + " x " + std::to_string(w) + "): a view would hold none of it");
+}
+
+BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, std::uint64_t step) {
+  check_augment(a, shape_of(batch.inputs));
+  if (batch.views != 1) throw std::invalid_argument("augmentation: the batch already has several views per example");
   const std::size_t b = batch.size();
   if (batch.inputs.shape()[0] != b || batch.ids.size() != b)
     throw std::invalid_argument("augmentation: the batch needs one input row and one dataset id per label");
@@ -31,7 +39,7 @@ BatchT<float> augment_images(const BatchT<float>& batch, const ImageAugment& a, 
   const long h = long(batch.inputs.shape()[rank - 2]), w = long(batch.inputs.shape()[rank - 1]);
   const std::size_t plane = std::size_t(h * w), row = batch.inputs.size() / std::max<std::size_t>(b, 1);
   const std::size_t planes = row / std::max<std::size_t>(plane, 1);
-  const long s = std::min<long>(a.shift, std::max(h, w));
+  const long s = a.shift;
 
   BatchT<float> r;
   r.views = a.views;

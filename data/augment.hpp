@@ -29,6 +29,12 @@ struct ImageAugment {
   HashKey key{};          // the run's key: random_hash_key() or hash_key_from_seed(seed)
 };
 
+/// Checks `a` for images of shape `images` ((N, ..., H, W)): views in 1..256, a
+/// shift >= 0 and below H and W (a larger one could leave a view none of its
+/// image). Throws std::invalid_argument naming the problem; augment_images
+/// checks its batch the same way.
+void check_augment(const ImageAugment& a, const Shape& images);
+
 /// Each example of `batch` (inputs (B, ..., H, W), one view each, ids set) as
 /// a.views random views: (B * views, ..., H, W), batch.views = a.views. View k
 /// of the example with record id `id` at step `step` is drawn from the 64 bits

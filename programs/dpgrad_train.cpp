@@ -9,7 +9,6 @@
 #include <string>
 
 #include <fmt/core.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "data/augment.hpp"
@@ -25,7 +24,6 @@
 #include "layers/registry.hpp"
 #include "optim/run/private_trainer.hpp"
 #include "optim/run/report.hpp"
-#include "privacy/schedule.hpp"
 #include "programs/cli.hpp"
 #include "programs/model_data.hpp"
 #include "programs/train/options.hpp"
@@ -73,15 +71,19 @@ RunData load_data(const Options& o, ModelInput input, const Communicator* comm,
   return d;
 }
 
-bool imports_onnx(const Options& o) { return o.model.rfind("onnx:", 0) == 0; }
-
-/// --model onnx:PATH: the file's model, read and checked before any data (docs/onnx.md).
-std::unique_ptr<ModelT<float>> load_onnx_model(const Options& o) {
+/// The model's input, and for --model onnx:PATH the file's model, read and checked
+/// before any data (docs/onnx.md); null for a built-in model, built once the data is known.
+std::unique_ptr<ModelT<float>> import_model(const Options& o, ModelInput& input) {
+  const bool imported = o.model.rfind("onnx:", 0) == 0;
+  input = imported ? ModelInput::images : find_model(o.model).input;
+  if (!imported) return nullptr;
 #if DPGRAD_HAVE_ONNX
   onnx::LoadOptions lo;
   lo.freeze = o.freeze;
   lo.dropout_seed = o.run.seed;
-  return onnx::load<float>(o.model.substr(5), lo);
+  auto m = onnx::load<float>(o.model.substr(5), lo);
+  if (m->input().tokens) input = ModelInput::tokens;
+  return m;
 #else
   throw std::invalid_argument("--model " + o.model + ": this dpgrad was built without ONNX (-Donnx)");
 #endif
@@ -147,16 +149,8 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     require_output_file(o.plot, "--plot");
   }
   // ---- data, model, optimizer (an imported model is read first: a bad file costs no data loading)
-  std::unique_ptr<ModelT<float>> model;
-  ModelInput input = ModelInput::images;
-  if (imports_onnx(o)) {
-    model = load_onnx_model(o);
-#if DPGRAD_HAVE_ONNX
-    input = dynamic_cast<onnx::OnnxModelT<float>&>(*model).input().tokens ? ModelInput::tokens : ModelInput::images;
-#endif
-  } else {
-    input = find_model(o.model).input;
-  }
+  ModelInput input;
+  std::unique_ptr<ModelT<float>> model = import_model(o, input);
   RunData d = load_data(o, input, comm.get(), say);
   ModelSpec spec = model_spec_of(d.split);
   spec.vocabulary = o.vocabulary;
@@ -185,19 +179,13 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
         [](const BatchT<float>& r) { return scattering_normalised(r.inputs); },
         [centre](const ArrayT<float>& m) { centre->set_centre(m); }));
   }
-  data::ImageAugment augment;
-  if (o.augment_views > 0) {
-    const Shape s = shape_of(d.split.train.inputs);
-    require(s.size() >= 3, "--augment-views needs an image dataset (its views are flipped and shifted images)");
-    require(std::size_t(o.augment_shift) < std::min(s[s.size() - 2], s.back()),
-            fmt::format("--augment-shift {} is not smaller than the images ({} x {}): a view would hold none of it",
-                        o.augment_shift, s[s.size() - 2], s.back()));
-    augment.views = o.augment_views;
-    augment.shift = o.augment_shift;
-    augment.flip = !o.augment_no_flip;
-    augment.key = dp && !o.run.reproducible_noise ? data::random_hash_key() : data::hash_key_from_seed(o.run.seed);
-    if (comm) comm->broadcast(augment.key.data(), augment.key.size(), 0);  // one key for the run
-    cfg.transform = [&augment](const BatchT<float>& r, long step) { return data::augment_images(r, augment, step); };
+  if (o.augment_views > 0) {  // one key for the run: secret in a private run, else from --seed
+    data::ImageAugment augment{o.augment_views, !o.augment_no_flip, o.augment_shift,
+                               dp && !o.run.reproducible_noise ? data::random_hash_key()
+                                                               : data::hash_key_from_seed(o.run.seed)};
+    data::check_augment(augment, shape_of(d.split.train.inputs));
+    if (comm) comm->broadcast(augment.key.data(), augment.key.size(), 0);
+    cfg.transform = [augment](const BatchT<float>& r, long step) { return data::augment_images(r, augment, step); };
   }
   cfg.positions = d.positions;
   if (!resumed && dp && !o.run.noise_multiplier)

@@ -92,6 +92,12 @@ void check_plan_settings(const PlanSettings& c) {
             "[2^-900, 2^900] (docs/noise.md)");
   require(c.noise_multiplier != 0.0 || c.allow_no_noise,
           "noise_multiplier 0 adds no noise and is NOT private; set allow_no_noise to insist");
+  if (c.accounting != Accounting::automatic) {
+    const std::string a = to_string(c.accounting), s = to_string(c.sampling), fits = privacy::analysed_sampler(a);
+    require(fits == s, "the " + a + " accountant does not analyse " + s + " sampling (it analyses " + fits +
+                           " sampling; " + s + " sampling goes with the " + privacy::default_accountant(s) +
+                           (s == "poisson" ? " or rdp" : "") + " accountant)");
+  }
   require(c.sampling != Sampling::shuffle || (c.epoch_fraction > 0 && c.epoch_fraction < 1),
           "epoch_fraction must be in (0, 1) for private shuffled training, got " + num(c.epoch_fraction));
   for (const PriorRelease& r : c.released_before)

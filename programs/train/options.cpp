@@ -17,7 +17,6 @@
 #include "optim/optimizer.hpp"
 #include "optim/run/plan.hpp"
 #include "optim/clipping/clip_spec.hpp"
-#include "privacy/schedule.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::train {
@@ -192,14 +191,6 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
           fmt::format("--adambc-floor must be > 0, got {}", o.adambc_floor));
   if (dp) {
     parse_clip_spec(o.strategy);  // throws on an unknown one
-    if (!o.accountant.empty() && o.accountant != "gdp") {
-      accounting_from_string(o.accountant);  // throws on an unknown one
-      const std::string analyses = privacy::analysed_sampler(o.accountant);
-      require(analyses == o.sampler,
-              "--accountant " + o.accountant + " does not fit --sampler " + o.sampler + ": it analyses " + analyses +
-                  " sampling (--sampler " + o.sampler + " goes with --accountant " +
-                  privacy::default_accountant(o.sampler) + (o.sampler == "poisson" ? " or rdp" : "") + ")");
-    }
   } else {
     require(!o.run.noise_multiplier && !o.run.target_epsilon, "--noise-multiplier/--target-epsilon need a dp-* optimizer");
     // settings of the private mechanism that a non-private run would ignore

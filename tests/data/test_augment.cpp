@@ -177,6 +177,13 @@ TEST_CASE("augment: bad requests are clear errors") {
   a.views = 2;
   a.shift = -1;
   CHECK_THROWS_WITH_AS(augment_images(src, a, 0), doctest::Contains("shift"), std::invalid_argument);
+  a.shift = 4;  // as large as the 4 x 4 images: a view could hold none of its image
+  CHECK_THROWS_WITH_AS(augment_images(src, a, 0), doctest::Contains("shift 4 is not smaller than the images (4 x 4)"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(check_augment(a, {60000, 1, 4, 6}), doctest::Contains("(4 x 6)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(check_augment(a, {60000, 784}), doctest::Contains("image inputs"), std::invalid_argument);
+  a.shift = 3;
+  CHECK_NOTHROW(check_augment(a, {60000, 1, 4, 6}));
   a.shift = 1;
   BatchT<float> twice = augment_images(src, a, 0);
   CHECK_THROWS_WITH_AS(augment_images(twice, a, 0), doctest::Contains("several views"), std::invalid_argument);

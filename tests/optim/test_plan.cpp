@@ -98,6 +98,11 @@ TEST_CASE("plan: refusals name the setting, and an unreachable target says what 
   s = demo();
   s.accounting = Accounting::wor;
   refused(s, 1000, {"does not analyse poisson"});
+  s.sampling = Sampling::fixed;  // refused before any data: the settings alone say it
+  s.accounting = Accounting::rdp;
+  test::check_error<std::invalid_argument>([&] { check_plan_settings(s); },
+                                           {"the rdp accountant does not analyse fixed sampling (it analyses poisson "
+                                            "sampling; fixed sampling goes with the wor accountant)"});
   s = demo();
   s.jl_dim = 3;
   s.strategy = "jl:3";
