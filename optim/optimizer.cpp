@@ -233,7 +233,7 @@ void check_optimizer_spec(const OptimizerSpec& s) {
   require(std::isfinite(s.momentum) && s.momentum >= 0 && s.momentum < 1,
           "momentum must be in [0, 1), got " + std::to_string(s.momentum));
   require(std::isfinite(s.weight_decay) && s.weight_decay >= 0,
-          "weight decay must be finite and >= 0, got " + std::to_string(s.weight_decay));
+          "weight_decay must be finite and >= 0, got " + std::to_string(s.weight_decay));
 }
 
 template <class T>

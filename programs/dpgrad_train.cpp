@@ -16,7 +16,6 @@
 #include "engine/blas.hpp"
 #include "engine/check.hpp"
 #include "engine/communicator.hpp"
-#include "engine/progress.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
 #include "layers/models.hpp"
@@ -201,12 +200,8 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto out = [&](const json& row, const std::string& text) { fmt::print("{}\n", o.json_out ? row.dump() : text); };
-  Progress progress("step", o.json_out);
   TrainHooksT<float> hooks;
-  hooks.progress = [&](long done, long total) {  // shown per epoch
-    const long per = trainer.steps_per_epoch(), epoch = (done - 1) / per;
-    progress.update(done - epoch * per, std::min(per, total - epoch * per), fmt::format("epoch {:>3}", epoch + 1));
-  };
+  hooks.progress = epoch_progress(trainer, o.json_out);
   hooks.record_epoch = [&](const EpochReport& e) {
     history.push_back(epoch_record(trainer, e, {o.report_train_loss, o.layer_snr}));
   };

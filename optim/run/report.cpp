@@ -1,15 +1,18 @@
 // What a training run shows (optim/run/report.hpp).
 #include "optim/run/report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/blas.hpp"
 #include "engine/communicator.hpp"
+#include "engine/progress.hpp"
 #include "privacy/accountant.hpp"  // format_number
 
 namespace dpgrad {
@@ -121,6 +124,17 @@ std::string summary_text(const PrivateTrainerT<T>& t, const json& s) {
 }
 
 template <class T>
+std::function<void(long, long)> epoch_progress(const PrivateTrainerT<T>& t, bool quiet) {
+  auto bar = std::make_shared<Progress>("step", quiet);
+  return [&t, bar](long done, long total) {
+    const long per = t.steps_per_epoch(), epoch = (done - 1) / per;
+    std::string label = std::to_string(epoch + 1);
+    bar->update(done - epoch * per, std::min(per, total - epoch * per),
+                "epoch " + std::string(label.size() < 3 ? 3 - label.size() : 0, ' ') + label);
+  };
+}
+
+template <class T>
 std::string diverged_message(const PrivateTrainerT<T>& t, const std::exception& e) {
   return "step " + std::to_string(t.steps_done()) + ": " + e.what() + "; the run stops and releases nothing of it" +
          (t.adds_noise() ? "; epsilon spent, that step included: " + t.privacy_statement() : std::string());
@@ -147,6 +161,7 @@ std::string plot_title(const PrivateTrainerT<T>& t, const std::string& model, co
   template std::string epoch_text(const PrivateTrainerT<T>&, const json&);                                     \
   template json summary_record(PrivateTrainerT<T>&, const TrainResult&, const json&, double);                  \
   template std::string summary_text(const PrivateTrainerT<T>&, const json&);                                   \
+  template std::function<void(long, long)> epoch_progress(const PrivateTrainerT<T>&, bool);                   \
   template std::string diverged_message(const PrivateTrainerT<T>&, const std::exception&);                     \
   template json diverged_record(const PrivateTrainerT<T>&, const std::string&);                                \
   template std::string plot_title(const PrivateTrainerT<T>&, const std::string&, const std::string&, const std::string&);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -55,6 +56,12 @@ nlohmann::json summary_record(PrivateTrainerT<T>& trainer, const TrainResult& re
 /// run ended when it was cut, the data-parallel times, and the layers' clip norms.
 template <class T>
 std::string summary_text(const PrivateTrainerT<T>& trainer, const nlohmann::json& summary);
+
+/// A TrainHooksT::progress hook that shows the steps of each epoch on standard
+/// error ("epoch   3 step 12/234", with speed and time left; nothing when
+/// `quiet`). It reads no private figure: steps only. `trainer` must outlive it.
+template <class T>
+std::function<void(long, long)> epoch_progress(const PrivateTrainerT<T>& trainer, bool quiet = false);
 
 /// A step that diverged (DivergedError: taken and accounted, nothing of it released):
 /// the message that says so and what the run spent, that step included.

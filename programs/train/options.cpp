@@ -178,8 +178,6 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
           "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
   require(!o.frozen_embedding || model.takes_frozen_embedding,
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
-  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-          fmt::format("--weight-decay must be finite and >= 0, got {}", o.weight_decay));
   require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
   require(o.freeze.empty() || onnx_model, "--freeze applies to --model onnx:PATH (the built-in models: see --frozen-embedding)");
   require(o.export_onnx.empty() || onnx_model, "--export-onnx applies to --model onnx:PATH");

@@ -61,27 +61,6 @@ class EnvVar {
   bool had_ = false;
 };
 
-/// What `f` printed on standard error.
-template <class F>
-std::string captured_stderr(F&& f) {
-  test::TempDir dir;
-  const std::string path = (dir.path / "err").string();
-  std::fflush(stderr);
-  const int saved = dup(2);
-  FILE* file = std::fopen(path.c_str(), "w");
-  REQUIRE(file != nullptr);
-  dup2(fileno(file), 2);
-  f();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::fclose(file);
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("threads_per_rank: the cores shared among the ranks on a machine, unless threads were asked for") {
@@ -104,22 +83,22 @@ TEST_CASE("threads_per_rank: the cores shared among the ranks on a machine, unle
 TEST_CASE("run_on_every_rank: the body's return, or 2 with the error named after the program") {
   if (launched_by_mpi_launcher()) return;  // the test process itself runs alone
   CHECK(run_on_every_rank("prog", [](const auto& comm) { return comm ? 9 : 7; }) == 7);
-  std::string err = captured_stderr([] {
+  std::string err = test::captured_stderr([] {
     CHECK(run_on_every_rank("prog", [](const auto&) -> int { throw std::invalid_argument("bad --flag"); }) == 2);
   });
   CHECK(err == "prog: error: bad --flag\n");
-  err = captured_stderr([] {
+  err = test::captured_stderr([] {
     CHECK(run_on_every_rank("prog", [](const auto&) -> int { throw std::bad_alloc(); }, "out of memory; less") == 2);
   });
   CHECK(err == "prog: error: out of memory; less\n");
-  err = captured_stderr([] {
+  err = test::captured_stderr([] {
     CHECK(run_on_every_rank("prog", [](const auto&) -> int { throw RefusedOnAllRanks("all refused"); }) == 2);
   });
   CHECK(err == "prog: error: all refused\n");
 }
 
 TEST_CASE("Progress: off a terminal, a line every tenth of each part, with counts and speed only") {
-  const std::string err = captured_stderr([] {
+  const std::string err = test::captured_stderr([] {
     Progress p("step");
     for (long i = 1; i <= 20; ++i) p.update(i, 20, "epoch   1");
     for (long i = 1; i <= 3; ++i) p.update(i, 3, "epoch   2");

@@ -134,6 +134,27 @@ TEST_CASE("report: a non-private run shows its training loss; adaptive clipping,
   CHECK(summary["checkpoint"] == 10);
 }
 
+TEST_CASE("report: epoch_progress shows each epoch's steps, and nothing when quiet") {
+  FastRng init(3), data(4);
+  const BatchT<float> train = labelled(400, data);
+  auto model = make_mlp<float>({6, 2}, Activation::relu, init);
+  SgdT<float> sgd(model->parameters(), 0.2f);
+  PrivateTrainingConfig c;
+  c.non_private = true;
+  c.batch_size = 200;
+  c.epochs = 2;
+  PrivateTrainer t(*model, sgd, train, c);
+  REQUIRE(t.steps_per_epoch() == 2);
+  const auto steps = [](const std::function<void(long, long)>& hook) {
+    for (long done = 1; done <= 3; ++done) hook(done, 3);
+  };
+  const std::string shown = test::captured_stderr([&] { steps(epoch_progress(t)); });
+  CHECK(has(shown, "epoch   1 step 1/2"));
+  CHECK(has(shown, "epoch   1 step 2/2"));
+  CHECK(has(shown, "epoch   2 step 1/1"));  // the last epoch holds what is left of the run
+  CHECK(test::captured_stderr([&] { steps(epoch_progress(t, true)); }).empty());
+}
+
 TEST_CASE("report: a diverged step's message and record say what was spent") {
   FastRng init(3), data(4);
   const BatchT<float> train = labelled(200, data);

@@ -1,8 +1,13 @@
 // A fresh temporary folder for tests that write files, removed with its contents
-// at scope exit.
+// at scope exit; and what a function writes to standard error.
 #pragma once
 
 #include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include <filesystem>
 #include <string>
@@ -27,5 +32,26 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
+
+/// What `f` writes to standard error (file descriptor 2), through a temporary file.
+template <class F>
+std::string captured_stderr(F&& f) {
+  TempDir dir;
+  const std::string path = (dir.path / "err").string();
+  std::fflush(stderr);
+  const int saved = dup(2);
+  FILE* file = std::fopen(path.c_str(), "w");
+  REQUIRE(file != nullptr);
+  dup2(fileno(file), 2);
+  f();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(file);
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 }  // namespace dpgrad::test
