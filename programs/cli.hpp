@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -199,6 +200,17 @@ inline std::string in_flag_words(const std::string& message, const std::vector<s
     i = j;
   }
   return out;
+}
+
+/// A program's "say": each line of text it shows beside its results, on standard
+/// output, or on standard error when standard output carries JSON (`json_out`).
+/// Flushed, so that a pipe or file shows it in order with the progress lines.
+inline std::function<void(const std::string&)> line_printer(bool json_out) {
+  return [json_out](const std::string& line) {
+    std::FILE* out = json_out ? stderr : stdout;
+    std::fprintf(out, "%s\n", line.c_str());
+    std::fflush(out);
+  };
 }
 
 /// Exit status of a program whose output could not be written.

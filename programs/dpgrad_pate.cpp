@@ -56,11 +56,7 @@ std::unique_ptr<ModelT<float>> image_model(const std::string& name, std::size_t 
 
 int run(const pate::Options& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto say = [&](const std::string& s) {
-    std::FILE* out = o.json_out ? stderr : stdout;
-    fmt::print(out, "{}\n", s);
-    std::fflush(out);  // in order with the progress lines on stderr
-  };
+  const auto say = line_printer(o.json_out);
 
   // ---- data: the private training set, the public pool and the evaluation images
   data::DataSplit data = data::load_dataset(o.dataset);

@@ -2,7 +2,6 @@
 // The run itself (its plan, the loop, save-before-release, releases before
 // training, resume) is the library's: this program reads its options, loads
 // the data, builds the model and the config, and says what happened.
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -36,12 +35,6 @@ using json = nlohmann::json;
 
 namespace {
 
-/// The data a run trains and is tested on: this rank's shards, and the training records' positions.
-struct RunData {
-  data::DataSplit split;
-  std::vector<std::size_t> positions;
-};
-
 data::DatasetOptions dataset_options(const Options& o) {
   data::DatasetOptions d;
   d.seed = o.run.seed;
@@ -54,20 +47,17 @@ data::DatasetOptions dataset_options(const Options& o) {
   return d;
 }
 
-RunData load_data(const Options& o, ModelInput input, const Communicator* comm,
-                  const std::function<void(const std::string&)>& say) {
-  RunData d;
-  d.split = data::load_dataset(o.dataset, dataset_options(o));
-  data::DataSplit& s = d.split;
+/// The data a run trains and is tested on: this rank's shards (and their records' positions in the whole set).
+data::DataSplit load_data(const Options& o, ModelInput input, const Communicator* comm,
+                          std::vector<std::size_t>& positions, const std::function<void(const std::string&)>& say) {
+  data::DataSplit s = data::load_dataset(o.dataset, dataset_options(o));
   if (o.show_record_counts)  // computed from the private labels: shown only when asked for by name
     s.description += fmt::format(": {} train, {} test (record counts: NOT covered by epsilon)", s.train.size(),
                                  s.test.size());
   require_model_reads(input, s, o.model, o.dataset);
-  if (comm) d.positions = data::keep_shard(s, comm->rank(), comm->size());  // records keep their ids
-  if (input == ModelInput::scattering)
-    require(o.augment_views == 0, "--augment-views does not apply to " + o.model + ": its features are computed once");
+  if (comm) positions = data::keep_shard(s, comm->rank(), comm->size());  // records keep their ids
   compute_model_inputs(input, s, say);
-  return d;
+  return s;
 }
 
 /// The model's input, and for --model onnx:PATH the file's model, read and checked
@@ -125,15 +115,11 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   const bool dp = is_dp(o.optimizer);
   o.threads = threads_per_rank(comm.get(), o.threads);
   if (o.threads > 0) blas::set_threads(o.threads);
-  auto say = [&](const std::string& s) {  // flushed: a pipe or file shows the header before the first step
-    fmt::print(o.json_out ? stderr : stdout, "{}\n", s);
-    std::fflush(o.json_out ? stderr : stdout);
-  };
+  const auto say = line_printer(o.json_out);
   if (comm) {  // every rank the same run, checkpoints included (docs/distributed.md), before anything else
     json same = run_options_json(o);
     same.erase("threads");
-    same["checkpoint-dir"] = o.checkpoint_dir;
-    same["resume"] = o.resume;
+    same.update({{"checkpoint-dir", o.checkpoint_dir}, {"resume", o.resume}});
     require_same_settings_on_all_ranks(*comm, same.dump(), "options");
   }
   // ---- everything that needs no data, checked before any is read
@@ -150,8 +136,8 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   // ---- data, model, optimizer (an imported model is read first: a bad file costs no data loading)
   ModelInput input;
   std::unique_ptr<ModelT<float>> model = import_model(o, input);
-  RunData d = load_data(o, input, comm.get(), say);
-  ModelSpec spec = model_spec_of(d.split);
+  const data::DataSplit d = load_data(o, input, comm.get(), cfg.positions, say);
+  ModelSpec spec = model_spec_of(d);
   spec.vocabulary = o.vocabulary;
   spec.activation = parse_activation(o.activation);
   spec.hidden = o.hidden;
@@ -160,11 +146,9 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   FastRng init(o.run.seed);
 #if DPGRAD_HAVE_ONNX
   if (auto* m = dynamic_cast<onnx::OnnxModelT<float>*>(model.get())) {  // its input and output against the data
-    Shape shape = d.split.tokens ? shape_of(d.split.train.tokens) : shape_of(d.split.train.inputs);
-    m->check_data(Shape(shape.begin() + 1, shape.end()), d.split.classes, o.dataset);
-    std::vector<std::string> lines = m->describe();
-    if (!o.freeze.empty()) lines.front() += " (--freeze " + o.freeze + ")";
-    for (const auto& line : lines) say(line);
+    Shape shape = d.tokens ? shape_of(d.train.tokens) : shape_of(d.train.inputs);
+    m->check_data(Shape(shape.begin() + 1, shape.end()), d.classes, o.dataset);
+    for (const auto& line : m->describe()) say(line);
   }
 #endif
   if (!model) model = build_model<float>(o.model, spec, init);
@@ -182,17 +166,16 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     data::ImageAugment augment{o.augment_views, !o.augment_no_flip, o.augment_shift,
                                dp && !o.run.reproducible_noise ? data::random_hash_key()
                                                                : data::hash_key_from_seed(o.run.seed)};
-    data::check_augment(augment, shape_of(d.split.train.inputs));
+    data::check_augment(augment, shape_of(d.train.inputs));
     if (comm) comm->broadcast(augment.key.data(), augment.key.size(), 0);
     cfg.transform = [augment](const BatchT<float>& r, long step) { return data::augment_images(r, augment, step); };
   }
-  cfg.positions = d.positions;
   if (!resumed && dp && !o.run.noise_multiplier)
     say(fmt::format("calibrating the noise multiplier for epsilon {}...", *o.run.target_epsilon));
-  PrivateTrainer trainer(*model, *base, d.split.train, cfg);
+  PrivateTrainer trainer(*model, *base, d.train, cfg);
   if (ospec.name == "adambc")
     dynamic_cast<Adam&>(*base).correct_noise(trainer.dp_optimizer().noise_variance(), o.adambc_floor);
-  print_header(o, trainer, model->name(), model->parameter_count(), d.split.description, say);
+  print_header(o, trainer, model->name(), model->parameter_count(), d.description, say);
 
   // ---- training: the trainer saves before each epoch is shown; the program keeps its history beside it
   json history = resumed ? resumed->at("history") : json::array();
@@ -206,7 +189,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
     history.push_back(epoch_record(trainer, e, {o.report_train_loss, o.layer_snr}));
   };
   hooks.extra = [&] {  // the classes let dpgrad-predict rebuild the model
-    return json{{"options", run_options_json(o)}, {"classes", d.split.classes}, {"history", history}, {"seconds", elapsed()}};
+    return json{{"options", run_options_json(o)}, {"classes", d.classes}, {"history", history}, {"seconds", elapsed()}};
   };
   hooks.on_epoch = [&](const EpochReport&) {
     out(history.back(), epoch_text(trainer, history.back()));
@@ -214,7 +197,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   };
   TrainResult result;
   try {
-    result = trainer.train(hooks, &d.split.test);
+    result = trainer.train(hooks, &d.test);
   } catch (const DivergedError& e) {  // the step was taken and accounted; nothing of it is shown
     const std::string message = diverged_message(trainer, e);
     if (o.json_out) out(diverged_record(trainer, message), "");

@@ -35,10 +35,7 @@ using json = nlohmann::json;
 namespace {
 
 int run(const Options& o) {
-  auto say = [&](const std::string& s) {
-    fmt::print(o.json_out ? stderr : stdout, "{}\n", s);
-    std::fflush(o.json_out ? stderr : stdout);
-  };
+  const auto say = line_printer(o.json_out);
   if (o.threads > 0) blas::set_threads(o.threads);
   // ---- everything that needs no data
   const ModelEntry& entry = find_model(o.model);

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <fmt/core.h>
 #include <fmt/format.h>
 
 #include "engine/check.hpp"
@@ -176,6 +175,8 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
           "--centre-features applies to scatter-linear and scatter-cnn, not " + o.model);
   require(o.centre_features == 0 || dp,
           "--centre-features belongs to private runs (a non-private run can centre on the exact mean itself)");
+  require(o.augment_views == 0 || model.input != ModelInput::scattering,
+          "--augment-views does not apply to " + o.model + ": its features are computed once");
   require(!o.frozen_embedding || model.takes_frozen_embedding,
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
   require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
@@ -259,11 +260,9 @@ json restore_run_options(Options& o, const std::set<std::string>& given, json re
           "the checkpoint in " + o.checkpoint_dir + " does not record its run's options");
   json& stored = resumed["options"];
   const json given_json = run_options_json(o);
-  // The run keeps its settings: flags may repeat them but not change them;
-  // every change is listed. The engine's threads are not the run's: a resumed
-  // run may use others.
-  // A run may also go on longer under a larger budget: those three flags reach the
-  // library, which takes them if they lengthen the run and refuses them otherwise.
+  // The run keeps its settings: flags may repeat them, and every change is listed. A resumed run may use other
+  // threads, and may go on longer under a larger budget: the library takes those three flags if they lengthen the
+  // run, and refuses them otherwise.
   std::vector<std::string> changed;
   // a flag newer than the checkpoint is recorded as its default: the run had none of what it adds
   const json defaults = run_options_json(Options());

@@ -34,13 +34,8 @@ struct Options {
   bool clip_no_normalise = false, report_train_loss = false;
   std::size_t train_limit = 0, test_limit = 0;
   int threads = 0;
-  PrivateTrainingConfig run = [] {  // the program's defaults where they are not the library's
-    PrivateTrainingConfig c;
-    c.epochs = 2;
-    c.epoch_fraction = 1.0;
-    c.seed = 42;
-    return c;
-  }();
+  // the program's defaults where they are not the library's: 2 epochs, whole shuffled passes, seed 42
+  PrivateTrainingConfig run = [] { PrivateTrainingConfig c; c.epochs = 2; c.epoch_fraction = 1; c.seed = 42; return c; }();
   // this invocation's, not the run's
   std::string checkpoint_dir, plot;
   bool resume = false, json_out = false, demo = false, layer_snr = false, show_record_counts = false;
@@ -56,9 +51,8 @@ std::string in_train_flags(const std::string& message);
 /// True for the dp-* optimizers.
 bool is_dp(const std::string& optimizer);
 
-/// A parsed command line: the options, the flags that were given (without
-/// their "--"), and, when the program should stop at once, its exit code (--help: 0; a bad
-/// flag: 2, with CLI11's message printed).
+/// A parsed command line: the options, the flags given (without "--"), and the exit code when the program
+/// should stop at once (--help: 0; a bad flag: 2, CLI11's message printed).
 struct ParsedOptions {
   Options options;
   std::set<std::string> given;
@@ -67,11 +61,9 @@ struct ParsedOptions {
 /// Parses dpgrad-train's flags (and applies --demo's preset). Never exits the process.
 ParsedOptions parse_train_options(int argc, const char* const* argv);
 
-/// Checks the options' own rules that need no data (fills in the default
-/// learning rate): flags that go together, flags a run would ignore (--clip-norm
-/// in a non-private run, say: `given` holds the run-defining flags on the command
-/// line), names. The settings of the run itself are the library's to check
-/// (training_config, check_training_config). Throws std::invalid_argument naming the problem.
+/// Checks the rules of the options that are not the library's settings, before any data (and fills in the
+/// default learning rate): flags that go together, flags a run would ignore (`given`: the flags on the command
+/// line), names. Throws std::invalid_argument naming the problem; the library checks the rest.
 void check_train_options(Options& o, const std::set<std::string>& given = {});
 
 /// --resume: from the checkpoint's extra JSON `resumed` (read and verified by the
