@@ -6,17 +6,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/check.hpp"
 #include "layers/registry.hpp"
 #include "optim/clipping/clip_spec.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::bench {
-
-namespace {
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
-}  // namespace
 
 void check_bench_options(const Options& o) {
   for (const auto& m : o.models)  // the library's registry, or an ONNX file

@@ -8,15 +8,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/check.hpp"
 #include "privacy/accountant.hpp"
 
 namespace dpgrad::privacy::pate_detail {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-inline void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
 
 inline void check_sigma(double sigma, const char* name) {
   require(sigma > 0 && std::isfinite(sigma), std::string("PATE: ") + name + " must be > 0 and finite, got " +

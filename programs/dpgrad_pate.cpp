@@ -16,6 +16,7 @@
 
 #include "data/datasets.hpp"
 #include "data/idx.hpp"
+#include "engine/check.hpp"
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "programs/pate/options.hpp"
@@ -30,10 +31,6 @@
 using namespace dpgrad;
 
 namespace {
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

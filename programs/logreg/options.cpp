@@ -7,15 +7,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "engine/check.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::logreg {
 
 namespace {
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
 
 void check(const Options& o) {
   require(o.dataset == "fashion-mnist" || o.dataset == "synthetic",

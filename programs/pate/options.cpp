@@ -7,16 +7,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "engine/check.hpp"
 #include "layers/models.hpp"
 #include "programs/cli.hpp"
 
 namespace dpgrad::pate {
 
 namespace {
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument(msg);
-}
 
 void check_model(const std::string& option, const std::string& name) {
   require(!model_reads_tokens(name), option + " " + name + " reads text; PATE here trains image classifiers");
