@@ -58,6 +58,7 @@ ParamUse<T>* TapeT<T>::add_use(const std::shared_ptr<Node<T>>& param, UseKind ki
   if (it == group_of_.end()) {
     group_of_.emplace(param.get(), grouped_.size());
     grouped_.push_back(ParamUses<T>{param, {use}});
+    group_first_entry_.push_back(entries_.empty() ? 0 : entries_.size() - 1);  // uses are noted by on_record
   } else {
     grouped_[it->second].uses.push_back(use);
   }
@@ -102,11 +103,20 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
   }
   std::vector<const ArrayT<T>*> values;
   std::vector<GradSlot<T>> slots;
+  // the groups whose uses are all complete once record i has run its vjp
+  std::vector<std::vector<std::size_t>> complete_after(uses_complete_ ? entries_.size() : 0);
+  if (uses_complete_)
+    for (std::size_t g = 0; g < grouped_.size(); ++g) complete_after.at(group_first_entry_[g]).push_back(g);
+  const auto completed = [&](std::size_t i) {
+    if (uses_complete_)
+      for (std::size_t g : complete_after[i]) uses_complete_(grouped_[g]);
+  };
   for (std::size_t i = entries_.size(); i-- > 0;) {
     Entry& e = entries_[i];
     Node<T>* o = e.output.get();
     if (!o->has_grad) {
       if (release_ && o != root) release(e);
+      completed(i);
       continue;
     }
     values.clear();
@@ -128,6 +138,7 @@ void TapeT<T>::backward(const TensorT<T>& out, const ArrayT<T>& seed) {
       o->has_grad = false;
     }
     if (release_ && o != root) release(e);
+    completed(i);
   }
 }
 

@@ -39,6 +39,15 @@ struct ParamUse {
   // conv: g (W's shape) += G_i, example i's gradient, from its images and their rows
   // of delta (an example of `batch` is B / batch consecutive images: its views)
   std::function<void(std::size_t i, std::size_t batch, T* g)> sample_gradient;
+  /// Drops what the rules read (input, ids, cotangent, the per-sample function):
+  /// for a parameter whose per-sample gradients were built from its uses already.
+  void release() {
+    input.reset();
+    ids.reset();
+    delta.reset();
+    sample_gradient = nullptr;
+    row_index.reset();
+  }
   const char* op = "";  // the op's name, for errors
   Samples samples;      // where its input's samples were (the rules need them on axis 0)
   // elementwise: for each element of one output row (every axis but 0), the
@@ -117,6 +126,11 @@ class TapeT {
   ParamUse<T>* add_use(const std::shared_ptr<Node<T>>& param, UseKind kind);
   /// Grouped by parameter, in order of first use.
   const std::vector<ParamUses<T>>& uses() const { return grouped_; }
+  /// Called during backward for each parameter's uses as soon as they are all
+  /// complete (the earliest op that reads the parameter has run its vjp, so
+  /// every use holds its cotangent): a strategy can build what it needs from
+  /// them then and release them, instead of holding every use until the end.
+  void on_uses_complete(std::function<void(ParamUses<T>&)> f) { uses_complete_ = std::move(f); }
   /// The names of the recorded ops that read `node` directly, each once, in tape order (for messages).
   std::vector<std::string> ops_reading(const Node<T>* node) const;
 
@@ -137,6 +151,8 @@ class TapeT {
   bool param_grads_ = true;
   std::deque<ParamUse<T>> use_store_;  // stable addresses
   std::vector<ParamUses<T>> grouped_;
+  std::vector<std::size_t> group_first_entry_;  // the record that noted each group's first use
+  std::function<void(ParamUses<T>&)> uses_complete_;
   std::unordered_map<Node<T>*, std::size_t> group_of_;
 };
 

@@ -174,7 +174,7 @@ inline std::optional<int> parse_arguments(CLI::App& app, int argc, const char* c
 /// (clip_norm, checkpoints.every_steps) becomes the flag that sets it
 /// (--clip-norm). `flags` are the program's flags without "--": those of two or
 /// more words are found in their field's spelling ('_' for '-'); `renamed` maps
-/// the fields whose flag is spelled otherwise. Other words are left as they are.
+/// the fields whose flag is spelled otherwise. Other words, and parts of paths, are left as they are.
 inline std::string in_flag_words(const std::string& message, const std::vector<std::string>& flags,
                                  const std::vector<std::pair<std::string, std::string>>& renamed = {}) {
   std::vector<std::pair<std::string, std::string>> fields = renamed;
@@ -195,8 +195,9 @@ inline std::string in_flag_words(const std::string& message, const std::vector<s
       continue;
     }
     const std::string word = message.substr(i, j - i);
+    const bool in_path = (i > 0 && message[i - 1] == '/') || (j < message.size() && message[j] == '/');
     const auto f = std::find_if(fields.begin(), fields.end(), [&](const auto& p) { return p.first == word; });
-    out += f == fields.end() ? word : f->second;
+    out += f == fields.end() || in_path ? word : f->second;
     i = j;
   }
   return out;

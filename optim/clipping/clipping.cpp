@@ -353,8 +353,21 @@ class RuleStrategy : public LayeredStrategy<T> {
     if (batch.examples() == 0) return empty_result(ps);
     ClipResult<T> res;
     TapeT<T> tape;
+    const std::size_t b = batch.examples();
+    // the per-sample gradients this strategy keeps are built while backward runs, as soon as a parameter's
+    // uses are complete, and its uses (their activations and cotangents) are released at once: they are
+    // never all held together (docs/per-sample.md)
+    std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
+    std::unordered_map<const Node<T>*, std::size_t> index;
+    for (std::size_t j = 0; j < ps.size(); ++j) index.emplace(ps[j].node(), j);
+    tape.on_uses_complete([&](ParamUses<T>& group) {
+      const auto j = index.find(group.param.get());
+      if (j == index.end() || !keeps_per_sample_gradients(group, b)) return;
+      kept[j->second] = materialise_per_sample_gradients(group, b);
+      for (ParamUse<T>* u : group.uses) u->release();
+    });
     res.loss_sum = record_uses(tape, model, batch, ps);
-    clip_from_uses(groups_by_param(tape, ps), ps, batch.examples(), clip_norm, model.parameter_count(), res);
+    clip_from_uses(groups_by_param(tape, ps), kept, ps, b, clip_norm, model.parameter_count(), res);
     return res;
   }
 
@@ -362,21 +375,18 @@ class RuleStrategy : public LayeredStrategy<T> {
   virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
 
  private:
-  /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); P = coordinates.
-  void clip_from_uses(const std::vector<const ParamUses<T>*>& groups, const std::vector<TensorT<T>>& ps,
+  /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); kept[j]: its per-sample gradients
+  /// when they were built from those uses already (which were then released); P = coordinates.
+  void clip_from_uses(const std::vector<const ParamUses<T>*>& groups,
+                      std::vector<std::optional<PerSampleGradients<T>>>& kept, const std::vector<TensorT<T>>& ps,
                       std::size_t b, double clip_norm, std::size_t coordinates, ClipResult<T>& res) const {
-    std::vector<std::optional<PerSampleGradients<T>>> kept(ps.size());
     const LayerSplit split = this->split(ps);
     std::vector<ArrayT<T>> norms_sq(split.share.size(), xt::zeros<T>({b}));
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (!groups[j]) continue;
       ArrayT<T>& sq = norms_sq[split.layer[j]];
-      if (keeps_per_sample_gradients(*groups[j], b)) {
-        kept[j] = materialise_per_sample_gradients(*groups[j], b);
-        sq += kept[j]->norms_squared();
-      } else {
-        sq += per_sample_norms_squared(*groups[j], b);
-      }
+      if (kept[j]) sq += kept[j]->norms_squared();
+      else sq += per_sample_norms_squared(*groups[j], b);
     }
     const std::vector<ArrayT<T>> c = layer_factors(norms_sq, split, clip_norm, coordinates, res);
     for (std::size_t j = 0; j < ps.size(); ++j) {

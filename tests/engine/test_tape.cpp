@@ -1,5 +1,8 @@
 // The tape and forward mode: accumulation, recording rules, forward and
 // reverse in one pass, per-sample use records, and errors on bad input.
+#include <string>
+#include <vector>
+
 #include <doctest/doctest.h>
 
 #include "engine/ops.hpp"
@@ -136,6 +139,32 @@ TEST_CASE("tape: parametric ops record their uses for per-sample rules") {
   t2.backward(sum(linear(h, W, b)));
   CHECK_FALSE(W.has_grad());
   CHECK(t2.uses()[0].uses[0]->delta);
+}
+
+TEST_CASE("tape: on_uses_complete gives each parameter's uses once, all holding their cotangents, during backward") {
+  FastRng rng(23);
+  D W = make_parameter<double>("w", randn<double>({3, 3}, rng));
+  D b = make_parameter<double>("b", randn<double>({3}, rng));
+  D V = make_parameter<double>("v", randn<double>({3, 2}, rng));
+  D x = D(randn<double>({4, 3}, rng));
+  TapeT<double> tape;
+  tape.record_uses(true, false);
+  std::vector<std::string> order;
+  tape.on_uses_complete([&](ParamUses<double>& g) {
+    order.push_back(g.param->name);
+    for (const auto* u : g.uses) CHECK(u->delta);  // every use's cotangent is in
+    if (g.param->name == "w") CHECK(g.uses.size() == 2);
+    if (g.param->name == "v") {  // V is read last, so complete first: backward has not reached W's uses yet
+      const auto& w = tape.uses()[0];
+      REQUIRE(w.param->name == "w");
+      CHECK_FALSE(w.uses[0]->delta);
+      CHECK_FALSE(w.uses[1]->delta);
+    }
+  });
+  RecordScope<double> scope(tape);
+  D h = linear(tanh(linear(tanh(linear(x, W, b)), W)), V);  // W used twice, b once, V last
+  tape.backward(sum(h));
+  CHECK(order == std::vector<std::string>{"v", "w", "b"});
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -33,14 +34,22 @@ BatchT<float> labelled(std::size_t n, Rng& rng) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+/// A one-layer model on `n` labelled records, with its optimizer: what a trainer refers to.
+struct Small {
+  FastRng init{3}, data{4};
+  BatchT<float> train;
+  std::unique_ptr<ModelT<float>> model;
+  SgdT<float> sgd;
+  explicit Small(std::size_t n)
+      : train(labelled(n, data)), model(make_mlp<float>({6, 2}, Activation::relu, init)), sgd(model->parameters(), 0.2f) {}
+};
+
 /// Trains `c` for its epochs on 400 records, recording every epoch; returns the history.
 json run(PrivateTrainingConfig c, const ReportOptions& options, json* summary, std::string* summary_line,
          std::string* last_line) {
-  FastRng init(3), data(4);
-  const BatchT<float> train = labelled(400, data), test_set = labelled(100, data);
-  auto model = make_mlp<float>({6, 2}, Activation::relu, init);
-  SgdT<float> sgd(model->parameters(), 0.2f);
-  PrivateTrainer t(*model, sgd, train, c);
+  Small s(400);
+  const BatchT<float> test_set = labelled(100, s.data);
+  PrivateTrainer t(*s.model, s.sgd, s.train, c);
   json history = json::array();
   TrainHooksT<float> hooks;
   hooks.record_epoch = [&](const EpochReport& e) { history.push_back(epoch_record(t, e, options)); };
@@ -135,15 +144,12 @@ TEST_CASE("report: a non-private run shows its training loss; adaptive clipping,
 }
 
 TEST_CASE("report: epoch_progress shows each epoch's steps, and nothing when quiet") {
-  FastRng init(3), data(4);
-  const BatchT<float> train = labelled(400, data);
-  auto model = make_mlp<float>({6, 2}, Activation::relu, init);
-  SgdT<float> sgd(model->parameters(), 0.2f);
+  Small s(400);
   PrivateTrainingConfig c;
   c.non_private = true;
   c.batch_size = 200;
   c.epochs = 2;
-  PrivateTrainer t(*model, sgd, train, c);
+  PrivateTrainer t(*s.model, s.sgd, s.train, c);
   REQUIRE(t.steps_per_epoch() == 2);
   const auto steps = [](const std::function<void(long, long)>& hook) {
     for (long done = 1; done <= 3; ++done) hook(done, 3);
@@ -156,15 +162,12 @@ TEST_CASE("report: epoch_progress shows each epoch's steps, and nothing when qui
 }
 
 TEST_CASE("report: a diverged step's message and record say what was spent") {
-  FastRng init(3), data(4);
-  const BatchT<float> train = labelled(200, data);
-  auto model = make_mlp<float>({6, 2}, Activation::relu, init);
-  SgdT<float> sgd(model->parameters(), 0.2f);
+  Small s(200);
   PrivateTrainingConfig c;
   c.noise_multiplier = 1.0;
   c.delta = 1e-4;
   c.batch_size = 40;
-  PrivateTrainer t(*model, sgd, train, c);
+  PrivateTrainer t(*s.model, s.sgd, s.train, c);
   t.step();
   const std::string message = diverged_message(t, std::runtime_error("the parameters diverged"));
   CHECK(has(message, "step 1: the parameters diverged; the run stops and releases nothing of it; epsilon spent"));

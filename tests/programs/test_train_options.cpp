@@ -111,4 +111,5 @@ TEST_CASE("dpgrad-train: the library's messages name its flags") {
   // one-word flags are words of the sentence too: left alone, as are words that only contain a field's name
   CHECK(in_train_flags("delta must be in (0, 1); layer_clip_norms, sat_rho_x") ==
         "delta must be in (0, 1); layer_clip_norms, sat_rho_x");
+  CHECK(in_train_flags("cannot read /runs/clip_norm/max_steps.json") == "cannot read /runs/clip_norm/max_steps.json");
 }
