@@ -12,6 +12,7 @@
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
 #include "layers/models.hpp"
+#include "layers/registry.hpp"
 #include "optim/clipping/clipping.hpp"
 #include "optim/dp_optimizer.hpp"
 #include "optim/optimizer.hpp"
@@ -130,16 +131,20 @@ Setup make_setup(const AuditConfig& c, std::size_t n = 1) {
   FastRng rng(c.seed);
   Setup s;
   BatchT<T> canary;
+  ModelSpec spec;  // the bundled models, small: 10 features, 16 hidden units, 2 classes (cnn26k: its 10)
+  spec.features = 10;
+  spec.hidden = 16;
+  spec.classes = c.model == "cnn26k" ? 10 : 2;
+  spec.activation = Activation::tanh;
   if (c.model == "logreg" || c.model == "mlp") {
-    s.model = c.model == "logreg" ? make_mlp<T>({10, 2}, Activation::tanh, rng)
-                                  : make_mlp<T>({10, 16, 2}, Activation::tanh, rng);
+    s.model = build_model<T>(c.model, spec, rng);
     s.others = feature_batch(c.others, {10}, rng, 1.0);
     canary = feature_batch(n, {10}, rng, 100.0);  // far out: its gradient is far above any sensible C
   } else if (c.model == "cnn26k") {
-    s.model = make_cnn26k<T>(Activation::tanh, rng);
+    s.model = build_model<T>(c.model, spec, rng);
     s.others = feature_batch(c.others, {1, 28, 28}, rng, 1.0);
     canary = feature_batch(n, {1, 28, 28}, rng, 30.0);
-  } else if (c.model == "lstm") {
+  } else if (c.model == "lstm") {  // the audit's own: a bidirectional LSTM small enough for many trainings
     s.model = make_bilstm<T>(rng, 50, 8, 8, 8, 2);
     s.others = token_batch(c.others, 6, 50, rng);
     canary = token_batch(n, 6, 50, rng);
