@@ -140,11 +140,11 @@ RunPlan RunPlan::make(const PlanSettings& settings, std::size_t dataset_size, st
             what + "; use a delta below 1/N (the default keeps delta N <= 0.6), or set allow_large_delta to insist");
     p.warnings_.push_back(what);
   }
-  // ---- the accountant of the sampler, and the releases before training
+  // ---- the accountant of the sampler (check_plan_settings refused one that does not analyse it), and the
+  // releases before training
   p.accountant_ = c.accounting == Accounting::automatic ? privacy::default_accountant(p.sampler_)
                                                         : to_string(c.accounting);
   const auto probe = p.make_accountant(false);
-  check_accountant_matches(*sampler, p.accountant_);
   require(probe->upper_bound(), "the " + p.accountant_ + " accountant is an approximation, not an upper bound: it can "
                                 "neither set the noise nor be a run's epsilon; use " + privacy::default_accountant(p.sampler_));
   require(c.jl_dim == 0 || probe->supports_jl(), "the " + p.accountant_ + " accountant cannot analyse " + c.strategy +

@@ -628,8 +628,10 @@ std::vector<std::string> PrivateTrainerT<T>::describe() const {
            num(settings.at("noise_floor")) + ")";
   std::map<double, std::string> scaled;  // factor -> the parameters moving with lr * factor
   for (std::size_t i = 0; i < optimizer_.params().size(); ++i)
-    if (optimizer_.lr_scale(i) != 1.0)
-      scaled[optimizer_.lr_scale(i)] += (scaled[optimizer_.lr_scale(i)].empty() ? "" : ", ") + optimizer_.params()[i].name();
+    if (optimizer_.lr_scale(i) != 1.0) {
+      std::string& names = scaled[optimizer_.lr_scale(i)];
+      names += (names.empty() ? "" : ", ") + optimizer_.params()[i].name();
+    }
   for (const auto& [factor, names] : scaled) opt += "; lr x" + num(factor) + " for " + names;
   lines.push_back(opt + (adds_noise() ? " (post-processing: no privacy cost)" : ""));
   if (config_.ema > 0)
