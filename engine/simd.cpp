@@ -67,6 +67,14 @@ void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::
   kernels<T>().copy_where(t, a, e, d, n);
 }
 
+template <class T>
+void gemm_small(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+                const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, T* pack) {
+  kernels<T>().gemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pack);
+}
+template <class T>
+std::size_t gemm_pack_width(std::size_t n) { return kernels<T>().pack_width(n); }
+
 #define DPGRAD_SIMD_INSTANTIATE(T)                                  \
   template T max(const T*, std::size_t);                            \
   template T exp_shifted(T*, std::size_t, T);                       \
@@ -77,7 +85,10 @@ void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::
   template void scaled_into(const T*, const T*, T, T*, std::size_t, bool);                     \
   template void max_into(const T*, T*, std::uint16_t*, std::size_t, std::uint16_t);            \
   template void add_where(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);     \
-  template void copy_where(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);
+  template void copy_where(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);    \
+  template void gemm_small(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, const T*, \
+                           std::size_t, T, T*, std::size_t, T*);                                \
+  template std::size_t gemm_pack_width<T>(std::size_t);
 DPGRAD_SIMD_INSTANTIATE(float)
 DPGRAD_SIMD_INSTANTIATE(double)
 #undef DPGRAD_SIMD_INSTANTIATE

@@ -46,4 +46,15 @@ void add_where(const T* u, const std::uint16_t* a, std::uint16_t e, T* d, std::s
 template <class T>
 void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n);
 
+/// C (m x n, row stride ldc) = alpha op(A) op(B) + beta C for small products (attention's
+/// per-head blocks): op(A) is A (m x k, rows lda apart) or with `ta` A^T (A k x m); op(B)
+/// is B (k x n, rows ldb apart) or with `tb` B^T. beta 0 only writes C. `pack` holds at
+/// least k * gemm_pack_width<T>(n) values (scratch).
+template <class T>
+void gemm_small(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+                const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, T* pack);
+/// The scratch gemm_small needs per row of op(B) with n columns.
+template <class T>
+std::size_t gemm_pack_width(std::size_t n);
+
 }  // namespace dpgrad::simd

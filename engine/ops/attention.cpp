@@ -5,10 +5,10 @@
 // is worked in blocks of queries and keys with an online softmax; only the
 // log-sum-exp of every score row is kept, and the backward and forward-mode
 // rules recompute the weights block by block from it.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "engine/blas.hpp"
 #include "engine/ops.hpp"
 #include "engine/ops/common.hpp"
 #include "engine/simd.hpp"
@@ -61,6 +61,13 @@ struct AttentionOp final : Op<T> {
   /// (block_length is not monotone: 400 keys make blocks of 200, 520 of 174).
   std::size_t key_block_bound() const { return std::max<std::size_t>(1, std::min(lk, kMaxBlock)); }
 
+  /// Scratch for simd::gemm_small's copy of its second factor, enough for every product
+  /// of a block: at most max(dk, dv, query block, key block) rows of as many columns.
+  std::size_t pack_size() const {
+    const std::size_t depth = std::max({dk, dv, block_length(lq), key_block_bound()});
+    return depth * simd::gemm_pack_width<T>(std::max({dk, dv, key_block_bound()}));
+  }
+
   ArrayT<T> forward(Values<T> x) override {
     const Shape sq = shape_of(*x[0]), sk = shape_of(*x[1]), sv = shape_of(*x[2]);
     const bool ok = sq.size() == 3 && sk.size() == 3 && sv.size() == 3 && sk[0] == sq[0] && sv[0] == sq[0] &&
@@ -103,11 +110,12 @@ struct AttentionOp final : Op<T> {
     T* o = out.data();
     const std::size_t qb = block_length(lq);
     parallel::for_range(b * heads, 1, [&](std::size_t p0, std::size_t p1) {
-      std::vector<T> s(qb * key_block_bound()), m(qb), l(qb);
+      std::vector<T> s(qb * key_block_bound()), m(qb), l(qb), scratch(pack_size());
+      T* pack = scratch.data();
       for (std::size_t pair = p0; pair < p1; ++pair) {
         const std::size_t i = pair / heads, h = pair % heads;
         for (std::size_t r0 = 0; r0 < lq; r0 += qb)
-          forward_block(i, h, r0, std::min(qb, lq - r0), q, k, v, o, s.data(), m.data(), l.data());
+          forward_block(i, h, r0, std::min(qb, lq - r0), q, k, v, o, s.data(), m.data(), l.data(), pack);
       }
     });
     return out;
@@ -116,13 +124,13 @@ struct AttentionOp final : Op<T> {
   /// s (qn, kn) = the scores of queries [r0, r0 + qn) against keys [c0, c0 + kn)
   /// of sample i, head h, masked keys at -inf (uniform samples: all 0).
   void scores(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
-              const T* q, const T* k, T* s) const {
+              const T* q, const T* k, T* s, T* pack) const {
     if (uniform[i]) {
       std::fill_n(s, qn * kn, T(0));
       return;
     }
-    blas::gemm_strided<T>(false, true, qn, kn, dk, scale, q + (i * lq + r0) * ldq() + h * dk, ldq(),
-                          k + (i * lk + c0) * ldq() + h * dk, ldq(), T(0), s, kn);
+    simd::gemm_small<T>(false, true, qn, kn, dk, scale, q + (i * lq + r0) * ldq() + h * dk, ldq(),
+                          k + (i * lk + c0) * ldq() + h * dk, ldq(), T(0), s, kn, pack);
     for (std::size_t j : masked[i])
       if (j >= c0 && j < c0 + kn)
         for (std::size_t r = 0; r < qn; ++r) s[r * kn + j - c0] = -std::numeric_limits<T>::infinity();
@@ -130,14 +138,14 @@ struct AttentionOp final : Op<T> {
 
   /// Online softmax over the key blocks of one query block: o (qn rows, stride H dv) and its lse.
   void forward_block(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, const T* q, const T* k,
-                     const T* v, T* o, T* s, T* m, T* l) {
+                     const T* v, T* o, T* s, T* m, T* l, T* pack) {
     const std::size_t kb = block_length(kend[i]);
     T* ob = o + (i * lq + r0) * ldv() + h * dv;
     std::fill_n(m, qn, -std::numeric_limits<T>::infinity());
     std::fill_n(l, qn, T(0));
     for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
       const std::size_t kn = std::min(kb, kend[i] - c0);
-      scores(i, h, r0, qn, c0, kn, q, k, s);
+      scores(i, h, r0, qn, c0, kn, q, k, s, pack);
       for (std::size_t r = 0; r < qn; ++r) {
         T* row = s + r * kn;
         const T m_new = std::max(m[r], simd::max(row, kn));
@@ -151,8 +159,8 @@ struct AttentionOp final : Op<T> {
         if (c0 > 0 && alpha != T(1))
           for (std::size_t c = 0; c < dv; ++c) ob[r * ldv() + c] *= alpha;
       }
-      blas::gemm_strided<T>(false, false, qn, dv, kn, T(1), s, kn, v + (i * lk + c0) * ldv() + h * dv, ldv(),
-                            c0 == 0 ? T(0) : T(1), ob, ldv());
+      simd::gemm_small<T>(false, false, qn, dv, kn, T(1), s, kn, v + (i * lk + c0) * ldv() + h * dv, ldv(),
+                            c0 == 0 ? T(0) : T(1), ob, ldv(), pack);
     }
     T* lse_row = lse.data() + (i * heads + h) * lq + r0;
     for (std::size_t r = 0; r < qn; ++r) {
@@ -164,8 +172,8 @@ struct AttentionOp final : Op<T> {
 
   /// p (qn, kn) = the attention weights of those queries and keys, from the kept lse.
   void weights(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
-               const T* q, const T* k, T* p) const {
-    scores(i, h, r0, qn, c0, kn, q, k, p);
+               const T* q, const T* k, T* p, T* pack) const {
+    scores(i, h, r0, qn, c0, kn, q, k, p, pack);
     const T* lse_row = lse.data() + (i * heads + h) * lq + r0;
     for (std::size_t r = 0; r < qn; ++r) simd::exp_shifted(p + r * kn, kn, lse_row[r]);
   }
@@ -204,7 +212,8 @@ struct AttentionOp final : Op<T> {
     const std::size_t qb = block_length(lq);
     parallel::for_range(b * heads, 1, [&](std::size_t p0, std::size_t p1) {
       const std::size_t kb_max = key_block_bound();
-      std::vector<T> p(qb * kb_max), ds(qb * kb_max), dd(qb);
+      std::vector<T> p(qb * kb_max), ds(qb * kb_max), dd(qb), scratch(pack_size());
+      T* pack = scratch.data();
       for (std::size_t pair = p0; pair < p1; ++pair) {
         const std::size_t i = pair / heads, h = pair % heads, kb = block_length(kend[i]);
         for (std::size_t r0 = 0; r0 < lq; r0 += qb) {
@@ -215,10 +224,10 @@ struct AttentionOp final : Op<T> {
           for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
             const std::size_t kn = std::min(kb, kend[i] - c0);
             const T beta_k = r0 == 0 ? T(0) : T(1);  // keys: the first query block writes, later ones add
-            weights(i, h, r0, qn, c0, kn, q, k, p.data());
+            weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
             if (g[2])
-              blas::gemm_strided<T>(true, false, kn, dv, qn, T(1), p.data(), kn, gob, ldv(),
-                                    fresh[2] ? beta_k : T(1), g[2] + (i * lk + c0) * ldv() + h * dv, ldv());
+              simd::gemm_small<T>(true, false, kn, dv, qn, T(1), p.data(), kn, gob, ldv(),
+                                    fresh[2] ? beta_k : T(1), g[2] + (i * lk + c0) * ldv() + h * dv, ldv(), pack);
             if (!g[0] && !g[1]) continue;
             T* gq = g[0] ? g[0] + (i * lq + r0) * ldq() + h * dk : nullptr;
             T* gk = g[1] ? g[1] + (i * lk + c0) * ldq() + h * dk : nullptr;
@@ -227,15 +236,15 @@ struct AttentionOp final : Op<T> {
               if (gk && fresh[1] && r0 == 0) zero_rows(gk, kn, dk, ldq());
               continue;
             }
-            blas::gemm_strided<T>(false, true, qn, kn, dv, T(1), gob, ldv(), v + (i * lk + c0) * ldv() + h * dv,
-                                  ldv(), T(0), ds.data(), kn);
+            simd::gemm_small<T>(false, true, qn, kn, dv, T(1), gob, ldv(), v + (i * lk + c0) * ldv() + h * dv,
+                                  ldv(), T(0), ds.data(), kn, pack);
             score_grad(i, c0, qn, kn, p.data(), dd.data(), ds.data());
             if (gq)
-              blas::gemm_strided<T>(false, false, qn, dk, kn, scale, ds.data(), kn, k + (i * lk + c0) * ldq() + h * dk,
-                                    ldq(), fresh[0] && c0 == 0 ? T(0) : T(1), gq, ldq());
+              simd::gemm_small<T>(false, false, qn, dk, kn, scale, ds.data(), kn, k + (i * lk + c0) * ldq() + h * dk,
+                                    ldq(), fresh[0] && c0 == 0 ? T(0) : T(1), gq, ldq(), pack);
             if (gk)
-              blas::gemm_strided<T>(true, false, kn, dk, qn, scale, ds.data(), kn, q + (i * lq + r0) * ldq() + h * dk,
-                                    ldq(), fresh[1] ? beta_k : T(1), gk, ldq());
+              simd::gemm_small<T>(true, false, kn, dk, qn, scale, ds.data(), kn, q + (i * lq + r0) * ldq() + h * dk,
+                                    ldq(), fresh[1] ? beta_k : T(1), gk, ldq(), pack);
           }
         }
         // keys after kend: weight 0, so no gradient
@@ -260,7 +269,8 @@ struct AttentionOp final : Op<T> {
       T* rt = r.data() + t * no;
       parallel::for_range(b * heads, 1, [&](std::size_t p0, std::size_t p1) {
         const std::size_t kb_max = key_block_bound();
-        std::vector<T> p(qb * kb_max), sd(qb * kb_max), c(qb);
+        std::vector<T> p(qb * kb_max), sd(qb * kb_max), c(qb), scratch(pack_size());
+        T* pack = scratch.data();
         for (std::size_t pair = p0; pair < p1; ++pair) {
           const std::size_t i = pair / heads, h = pair % heads, kb = block_length(kend[i]);
           for (std::size_t r0 = 0; r0 < lq; r0 += qb) {
@@ -269,19 +279,19 @@ struct AttentionOp final : Op<T> {
             std::fill_n(c.data(), qn, T(0));
             for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
               const std::size_t kn = std::min(kb, kend[i] - c0);
-              weights(i, h, r0, qn, c0, kn, q, k, p.data());
+              weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
               const T* vb = v + (i * lk + c0) * ldv() + h * dv;
               bool any = false;  // s_dot nonzero somewhere
               if (!uniform[i] && (qd || kd)) {
                 T beta = T(0);
                 if (qd) {
-                  blas::gemm_strided<T>(false, true, qn, kn, dk, scale, qd + (i * lq + r0) * ldq() + h * dk, ldq(),
-                                        k + (i * lk + c0) * ldq() + h * dk, ldq(), T(0), sd.data(), kn);
+                  simd::gemm_small<T>(false, true, qn, kn, dk, scale, qd + (i * lq + r0) * ldq() + h * dk, ldq(),
+                                        k + (i * lk + c0) * ldq() + h * dk, ldq(), T(0), sd.data(), kn, pack);
                   beta = T(1);
                 }
                 if (kd)
-                  blas::gemm_strided<T>(false, true, qn, kn, dk, scale, q + (i * lq + r0) * ldq() + h * dk, ldq(),
-                                        kd + (i * lk + c0) * ldq() + h * dk, ldq(), beta, sd.data(), kn);
+                  simd::gemm_small<T>(false, true, qn, kn, dk, scale, q + (i * lq + r0) * ldq() + h * dk, ldq(),
+                                        kd + (i * lk + c0) * ldq() + h * dk, ldq(), beta, sd.data(), kn, pack);
                 for (std::size_t rr = 0; rr < qn; ++rr) {  // P s_dot, and its row sums
                   T sum = 0;
                   for (std::size_t j = 0; j < kn; ++j) {
@@ -290,14 +300,14 @@ struct AttentionOp final : Op<T> {
                   }
                   c[rr] += sum;
                 }
-                blas::gemm_strided<T>(false, false, qn, dv, kn, T(1), sd.data(), kn, vb, ldv(), c0 == 0 ? T(0) : T(1),
-                                      rb, ldv());
+                simd::gemm_small<T>(false, false, qn, dv, kn, T(1), sd.data(), kn, vb, ldv(), c0 == 0 ? T(0) : T(1),
+                                      rb, ldv(), pack);
                 any = true;
               }
               if (vd)
-                blas::gemm_strided<T>(false, false, qn, dv, kn, T(1), p.data(), kn,
+                simd::gemm_small<T>(false, false, qn, dv, kn, T(1), p.data(), kn,
                                       vd + (i * lk + c0) * ldv() + h * dv, ldv(), c0 == 0 && !any ? T(0) : T(1), rb,
-                                      ldv());
+                                      ldv(), pack);
               else if (c0 == 0 && !any)
                 zero_rows(rb, qn, dv, ldv());
             }

@@ -50,12 +50,15 @@ struct Kernels {
       e.store_unaligned(x + i);
       acc += e;
     }
-    T total = xsimd::hadd(acc);
-    for (; i < n; ++i) {
-      x[i] = std::exp(x[i] - shift);
-      total += x[i];
+    if (i < n) {  // the last values as one vector, padded with -inf (whose exp adds 0)
+      alignas(64) T lanes[V<T>::size];
+      for (std::size_t l = 0; l < V<T>::size; ++l) lanes[l] = i + l < n ? x[i + l] : -std::numeric_limits<T>::infinity();
+      const V<T> e = xsimd::exp(V<T>::load_aligned(lanes) - s);
+      e.store_aligned(lanes);
+      acc += e;
+      for (std::size_t l = 0; i + l < n; ++l) x[i + l] = lanes[l];
     }
-    return total;
+    return xsimd::hadd(acc);
   }
 
   /// out = exp(a) over [0, n).
@@ -110,6 +113,92 @@ struct Kernels {
     else for (std::size_t l = 0; l < n; ++l) g[l] = s * d[l];
   }
 
+  /// C (m x n, row stride ldc) = alpha op(A) op(B) + beta C (beta 0: C is only written), for
+  /// the small products of attention, which a BLAS call spends more time setting up than
+  /// computing (docs/fused-ops.md). op(A) (m x k) is A, read as a[r lda + p], or with `ta`
+  /// A^T, read as a[p lda + r]; op(B) (k x n) likewise with `tb`. `pack` holds at least
+  /// k * pack_width(n) values: op(B) is copied there once, alpha folded in, rows padded
+  /// with zeros to whole vectors. Each 6-row by 2-vector block of C is summed in registers.
+  template <class T>
+  static void gemm_small(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                         std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, T* pack) {
+    constexpr std::size_t W = V<T>::size;
+    const std::size_t np = (n + W - 1) / W * W;
+    for (std::size_t p = 0; p < k; ++p) {
+      T* row = pack + p * np;
+      if (tb) for (std::size_t j = 0; j < n; ++j) row[j] = alpha * b[j * ldb + p];
+      else for (std::size_t j = 0; j < n; ++j) row[j] = alpha * b[p * ldb + j];
+      for (std::size_t j = n; j < np; ++j) row[j] = T(0);
+    }
+    // op(A)(r, p) = a[r * ra + p * pa]
+    const std::size_t ra = ta ? 1 : lda, pa = ta ? lda : 1;
+    for (std::size_t j0 = 0; j0 < np; j0 += 2 * W) {
+      if (j0 + 2 * W <= np) rows<T, 2>(m, j0, n, k, a, ra, pa, pack, np, beta, c, ldc);
+      else rows<T, 1>(m, j0, n, k, a, ra, pa, pack, np, beta, c, ldc);
+    }
+  }
+
+  /// Every row of gemm_small's C in vector columns [j0, j0 + NV W): blocks of 6 rows (12
+  /// sums in registers with NV 2), then the last 1 to 5 rows.
+  template <class T, std::size_t NV>
+  static void rows(std::size_t m, std::size_t j0, std::size_t n, std::size_t k, const T* a, std::size_t ra,
+                   std::size_t pa, const T* pack, std::size_t np, T beta, T* c, std::size_t ldc) {
+    std::size_t r0 = 0;
+    for (; r0 + 6 <= m; r0 += 6) block<T, 6, NV>(r0, j0, n, k, a, ra, pa, pack, np, beta, c, ldc);
+    if (m - r0 >= 4) {
+      block<T, 4, NV>(r0, j0, n, k, a, ra, pa, pack, np, beta, c, ldc);
+      r0 += 4;
+    }
+    switch (m - r0) {
+      case 3: block<T, 3, NV>(r0, j0, n, k, a, ra, pa, pack, np, beta, c, ldc); break;
+      case 2: block<T, 2, NV>(r0, j0, n, k, a, ra, pa, pack, np, beta, c, ldc); break;
+      case 1: block<T, 1, NV>(r0, j0, n, k, a, ra, pa, pack, np, beta, c, ldc); break;
+      default: break;
+    }
+  }
+
+  /// Rows [r0, r0 + R) and vector columns [j0, j0 + NV W) of gemm_small's C (columns at or
+  /// past n are padding: computed, not stored).
+  template <class T, std::size_t R, std::size_t NV>
+  static void block(std::size_t r0, std::size_t j0, std::size_t n, std::size_t k, const T* a, std::size_t ra,
+                    std::size_t pa, const T* pack, std::size_t np, T beta, T* c, std::size_t ldc) {
+    constexpr std::size_t W = V<T>::size;
+    V<T> acc[R][NV];
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t v = 0; v < NV; ++v) acc[i][v] = V<T>(T(0));
+    const T* ar = a + r0 * ra;
+    for (std::size_t p = 0; p < k; ++p) {
+      V<T> bv[NV];
+      for (std::size_t v = 0; v < NV; ++v) bv[v] = V<T>::load_unaligned(pack + p * np + j0 + v * W);
+      for (std::size_t i = 0; i < R; ++i) {
+        const V<T> av(ar[i * ra + p * pa]);
+        for (std::size_t v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(av, bv[v], acc[i][v]);
+      }
+    }
+    for (std::size_t i = 0; i < R; ++i) {
+      T* cr = c + (r0 + i) * ldc;
+      for (std::size_t v = 0; v < NV; ++v) {
+        const std::size_t j = j0 + v * W;
+        if (j >= n) break;
+        if (j + W <= n) {
+          V<T> out = acc[i][v];
+          if (beta != T(0)) out = xsimd::fma(V<T>(beta), V<T>::load_unaligned(cr + j), out);
+          out.store_unaligned(cr + j);
+        } else {  // the last, partial vector
+          alignas(64) T lanes[W];
+          acc[i][v].store_aligned(lanes);
+          for (std::size_t l = 0; l < n - j; ++l) cr[j + l] = beta != T(0) ? lanes[l] + beta * cr[j + l] : lanes[l];
+        }
+      }
+    }
+  }
+
+  /// Values gemm_small's pack needs per row of op(B): n rounded up to whole vectors.
+  template <class T>
+  static std::size_t pack_width(std::size_t n) {
+    return (n + V<T>::size - 1) / V<T>::size * V<T>::size;
+  }
+
   // Max pooling's passes over one window element e (plain loops: the compiler
   // vectorises them for the instruction set of the file that builds them).
 
@@ -149,13 +238,17 @@ struct Table {
   void (*max_into)(const T*, T*, std::uint16_t*, std::size_t, std::uint16_t);
   void (*add_where)(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);
   void (*copy_where)(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);
+  void (*gemm_small)(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, const T*, std::size_t,
+                     T, T*, std::size_t, T*);
+  std::size_t (*pack_width)(std::size_t);
 };
 
 template <class Arch, class T>
 constexpr Table<T> table_of() {
   using K = Kernels<Arch>;
   return {&K::template max<T>, &K::template exp_shifted<T>, &K::template exp<T>, &K::template gelu<T>,
-          &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>};
+          &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>,
+          &K::template gemm_small<T>, &K::template pack_width<T>};
 }
 
 /// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).

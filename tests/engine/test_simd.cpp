@@ -1,0 +1,96 @@
+// The engine's SIMD kernels (engine/simd.hpp) against their definitions, with the
+// kernel set this CPU is given and with the build's baseline set.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/simd.hpp"
+#include "engine/simd/kernels.hpp"
+
+using namespace dpgrad;
+
+namespace {
+
+template <class T>
+using GemmSmall = void (*)(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, const T*,
+                           std::size_t, T, T*, std::size_t, T*);
+
+/// gemm_small against the definition: strided A, B and C (with values beside C's columns that must stay),
+/// every transposition, beta 0 over a C of NaN (only written) and beta 0.5.
+template <class T>
+void check_gemm_small(GemmSmall<T> gemm, std::size_t (*width)(std::size_t), double tolerance) {
+  struct Case {
+    std::size_t m, n, k;
+  };
+  for (Case s : {Case{1, 1, 1}, Case{3, 5, 2}, Case{150, 150, 16}, Case{150, 16, 150}, Case{7, 17, 33}, Case{6, 9, 0},
+                 Case{5, 24, 3}}) {
+    for (int t = 0; t < 8; ++t) {
+      const bool ta = t & 1, tb = t & 2, zero_beta = t & 4;
+      CAPTURE(s.m);
+      CAPTURE(s.n);
+      CAPTURE(s.k);
+      CAPTURE(ta);
+      CAPTURE(tb);
+      CAPTURE(zero_beta);
+      const std::size_t ar = ta ? s.k : s.m, ac = ta ? s.m : s.k, br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
+      const std::size_t lda = ac + 3, ldb = bc + 2, ldc = s.n + 5;
+      std::vector<T> a(ar * lda), b(br * ldb), c(s.m * ldc), pack(s.k * width(s.n) + 1);
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = T(double((i * 7919) % 101) / 50.0 - 1.0);
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = T(double((i * 104729) % 103) / 51.0 - 1.0);
+      for (std::size_t i = 0; i < c.size(); ++i)
+        c[i] = i % ldc < s.n && zero_beta ? std::numeric_limits<T>::quiet_NaN() : T(double(i % 13) / 6.0 - 1.0);
+      const std::vector<T> before = c;
+      const T alpha = T(1.5), beta = zero_beta ? T(0) : T(0.5);
+      gemm(ta, tb, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, pack.data());
+      double worst = 0;
+      bool beside_kept = true;
+      for (std::size_t i = 0; i < s.m; ++i) {
+        for (std::size_t j = 0; j < s.n; ++j) {
+          double sum = 0;
+          for (std::size_t p = 0; p < s.k; ++p)
+            sum += double(ta ? a[p * lda + i] : a[i * lda + p]) * double(tb ? b[j * ldb + p] : b[p * ldb + j]);
+          const double want = double(alpha) * sum + (zero_beta ? 0.0 : double(beta) * double(before[i * ldc + j]));
+          const double got = double(c[i * ldc + j]);
+          worst = std::isfinite(got) ? std::max(worst, std::abs(got - want)) : HUGE_VAL;
+        }
+        for (std::size_t j = s.n; j < ldc; ++j) beside_kept = beside_kept && c[i * ldc + j] == before[i * ldc + j];
+      }
+      CHECK(worst <= tolerance * double(s.k + 1));
+      CHECK(beside_kept);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("simd::gemm_small equals the definition: every transposition, strides, odd sizes, beta 0 and 0.5") {
+  INFO("kernels: " << simd::kernel_set());
+  check_gemm_small<double>(&simd::gemm_small<double>, &simd::gemm_pack_width<double>, 1e-13);
+  check_gemm_small<float>(&simd::gemm_small<float>, &simd::gemm_pack_width<float>, 2e-6);
+  // the baseline set too, whatever this CPU is given
+  constexpr auto baseline_d = simd::detail::table_of<xsimd::default_arch, double>();
+  constexpr auto baseline_f = simd::detail::table_of<xsimd::default_arch, float>();
+  check_gemm_small<double>(baseline_d.gemm_small, baseline_d.pack_width, 1e-13);
+  check_gemm_small<float>(baseline_f.gemm_small, baseline_f.pack_width, 2e-6);
+}
+
+TEST_CASE("simd::exp_shifted: exp(x - shift) and its sum, the last values past whole vectors included") {
+  for (std::size_t n : {1, 3, 7, 8, 9, 150}) {
+    CAPTURE(n);
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = float(i % 7) - 3.0f;
+    if (n > 2) x[n / 2] = -std::numeric_limits<float>::infinity();  // a masked score: exp 0
+    const std::vector<float> before = x;
+    const float sum = simd::exp_shifted(x.data(), n, 1.25f);
+    double want_sum = 0, worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double want = std::exp(double(before[i]) - 1.25);
+      want_sum += want;
+      worst = std::max(worst, std::abs(double(x[i]) - want) / std::max(want, 1e-30));
+    }
+    CHECK(worst < 1e-6);
+    CHECK(std::abs(double(sum) - want_sum) < 1e-6 * want_sum);
+  }
+}
