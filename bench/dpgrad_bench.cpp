@@ -370,8 +370,9 @@ struct TransformerPeer {
 // twice, interleaved with dpgrad-bench's own transformer rows; the faster of the
 // two runs' medians and the smaller peak RSS: the peers' best.
 constexpr const char* kTransformerPeersMeasured =
-    "PyTorch 1.13 and Opacus 1.4 on this machine kind (AMD EPYC, 2 cores), 2026-11-27, bench/peers_transformer.py";
-const std::vector<TransformerPeer> kTransformerPeers{{64, 366.7, 646.3, 480, 775}, {256, 1807.7, 3310.8, 1019, 1926}};
+    "PyTorch 1.13 and Opacus 1.4.0 on this machine kind (AMD EPYC, 2 cores), 2026-11-27, the faster of two runs of "
+    "bench/peers_transformer.py alternated with dpgrad-bench";
+const std::vector<TransformerPeer> kTransformerPeers{{64, 284.4, 567.8, 476, 739}, {256, 1502.7, 2985.1, 1030, 1865}};
 
 /// The transformer's side-by-side table over every batch measured, with the
 /// targets of the issue: a non-private step >= 1.5x faster than PyTorch's, ghost
