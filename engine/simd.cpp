@@ -74,6 +74,8 @@ void gemm_small(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T
 }
 template <class T>
 std::size_t gemm_pack_width(std::size_t n) { return kernels<T>().pack_width(n); }
+template <class T>
+void add_rows(const T* r, std::size_t rows, std::size_t p, T* s) { kernels<T>().add_rows(r, rows, p, s); }
 
 #define DPGRAD_SIMD_INSTANTIATE(T)                                  \
   template T max(const T*, std::size_t);                            \
@@ -88,7 +90,8 @@ std::size_t gemm_pack_width(std::size_t n) { return kernels<T>().pack_width(n); 
   template void copy_where(const T*, const std::uint16_t*, std::uint16_t, T*, std::size_t);    \
   template void gemm_small(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, const T*, \
                            std::size_t, T, T*, std::size_t, T*);                                \
-  template std::size_t gemm_pack_width<T>(std::size_t);
+  template std::size_t gemm_pack_width<T>(std::size_t);                                      \
+  template void add_rows(const T*, std::size_t, std::size_t, T*);
 DPGRAD_SIMD_INSTANTIATE(float)
 DPGRAD_SIMD_INSTANTIATE(double)
 #undef DPGRAD_SIMD_INSTANTIATE

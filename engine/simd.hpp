@@ -46,6 +46,11 @@ void add_where(const T* u, const std::uint16_t* a, std::uint16_t e, T* d, std::s
 template <class T>
 void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n);
 
+/// s[j] += the sum over `rows` rows of r (rows p apart) of r[i p + j], j in [0, p):
+/// column sums, each column in row order.
+template <class T>
+void add_rows(const T* r, std::size_t rows, std::size_t p, T* s);
+
 /// C (m x n, row stride ldc) = alpha op(A) op(B) + beta C for small products (attention's
 /// per-head blocks): op(A) is A (m x k, rows lda apart) or with `ta` A^T (A k x m); op(B)
 /// is B (k x n, rows ldb apart) or with `tb` B^T. beta 0 only writes C. `pack` holds at

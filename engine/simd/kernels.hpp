@@ -113,6 +113,16 @@ struct Kernels {
     else for (std::size_t l = 0; l < n; ++l) g[l] = s * d[l];
   }
 
+  /// s[j] += sum over rows i of r[i p + j], j in [0, p): column sums (bias gradients), each
+  /// column summed in row order (a plain loop: the compiler vectorises it across columns).
+  template <class T>
+  static void add_rows(const T* __restrict r, std::size_t rows, std::size_t p, T* __restrict s) {
+    for (std::size_t i = 0; i < rows; ++i) {
+      const T* __restrict row = r + i * p;
+      for (std::size_t j = 0; j < p; ++j) s[j] += row[j];
+    }
+  }
+
   /// C (m x n, row stride ldc) = alpha op(A) op(B) + beta C (beta 0: C is only written), for
   /// the small products of attention, which a BLAS call spends more time setting up than
   /// computing (docs/fused-ops.md). op(A) (m x k) is A, read as a[r lda + p], or with `ta`
@@ -241,6 +251,7 @@ struct Table {
   void (*gemm_small)(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, const T*, std::size_t,
                      T, T*, std::size_t, T*);
   std::size_t (*pack_width)(std::size_t);
+  void (*add_rows)(const T*, std::size_t, std::size_t, T*);
 };
 
 template <class Arch, class T>
@@ -248,7 +259,7 @@ constexpr Table<T> table_of() {
   using K = Kernels<Arch>;
   return {&K::template max<T>, &K::template exp_shifted<T>, &K::template exp<T>, &K::template gelu<T>,
           &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>,
-          &K::template gemm_small<T>, &K::template pack_width<T>};
+          &K::template gemm_small<T>, &K::template pack_width<T>, &K::template add_rows<T>};
 }
 
 /// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).

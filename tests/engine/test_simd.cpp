@@ -94,3 +94,21 @@ TEST_CASE("simd::exp_shifted: exp(x - shift) and its sum, the last values past w
     CHECK(std::abs(double(sum) - want_sum) < 1e-6 * want_sum);
   }
 }
+
+TEST_CASE("simd::add_rows adds each column's sum in row order, bit for bit, with either kernel set") {
+  constexpr auto baseline = simd::detail::table_of<xsimd::default_arch, float>();
+  for (std::size_t p : {1, 5, 8, 64, 67}) {
+    CAPTURE(p);
+    const std::size_t rows = 13;
+    std::vector<float> r(rows * p);
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] = float(double((i * 7919) % 101) / 7.0 - 7.0);
+    std::vector<float> want(p), got(p), got_baseline(p);
+    for (std::size_t j = 0; j < p; ++j) want[j] = got[j] = got_baseline[j] = float(j) * 0.25f;
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < p; ++j) want[j] += r[i * p + j];
+    simd::add_rows(r.data(), rows, p, got.data());
+    baseline.add_rows(r.data(), rows, p, got_baseline.data());
+    CHECK(got == want);
+    CHECK(got_baseline == want);
+  }
+}
