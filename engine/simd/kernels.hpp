@@ -133,7 +133,7 @@ struct Kernels {
   static void gemm_small(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
                          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, T* pack) {
     constexpr std::size_t W = V<T>::size;
-    const std::size_t np = (n + W - 1) / W * W;
+    const std::size_t np = pack_width<T>(n);
     for (std::size_t p = 0; p < k; ++p) {
       T* row = pack + p * np;
       if (tb) for (std::size_t j = 0; j < n; ++j) row[j] = alpha * b[j * ldb + p];
