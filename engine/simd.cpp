@@ -77,6 +77,17 @@ std::size_t gemm_pack_width(std::size_t n) { return kernels<T>().pack_width(n); 
 template <class T>
 void add_rows(const T* r, std::size_t rows, std::size_t p, T* s) { kernels<T>().add_rows(r, rows, p, s); }
 
+template <class T>
+void tanh_slope_into(const T* d, const T* o, const T* t, T* g, std::size_t n, bool accumulate) {
+  kernels<T>().tanh_slope_into(d, o, t, g, n, accumulate);
+}
+template <class T>
+void combine(const T* a, const T* b, T* r, std::size_t n, Arith op) { kernels<T>().combine(a, b, r, n, int(op)); }
+template <class T>
+void lstm_gates_vjp(const T* a, const T* d, T* gx, T* gh, std::size_t H, bool add_x, bool add_h) {
+  kernels<T>().lstm_gates_vjp(a, d, gx, gh, H, add_x, add_h);
+}
+
 #define DPGRAD_SIMD_INSTANTIATE(T)                                  \
   template T max(const T*, std::size_t);                            \
   template T exp_shifted(T*, std::size_t, T);                       \
@@ -91,7 +102,10 @@ void add_rows(const T* r, std::size_t rows, std::size_t p, T* s) { kernels<T>().
   template void gemm_small(bool, bool, std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, const T*, \
                            std::size_t, T, T*, std::size_t, T*);                                \
   template std::size_t gemm_pack_width<T>(std::size_t);                                      \
-  template void add_rows(const T*, std::size_t, std::size_t, T*);
+  template void add_rows(const T*, std::size_t, std::size_t, T*);                             \
+  template void tanh_slope_into(const T*, const T*, const T*, T*, std::size_t, bool);         \
+  template void combine(const T*, const T*, T*, std::size_t, Arith);                          \
+  template void lstm_gates_vjp(const T*, const T*, T*, T*, std::size_t, bool, bool);
 DPGRAD_SIMD_INSTANTIATE(float)
 DPGRAD_SIMD_INSTANTIATE(double)
 #undef DPGRAD_SIMD_INSTANTIATE

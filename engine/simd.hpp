@@ -46,6 +46,20 @@ void add_where(const T* u, const std::uint16_t* a, std::uint16_t e, T* d, std::s
 template <class T>
 void copy_where(const T* t, const std::uint16_t* a, std::uint16_t e, T* d, std::size_t n);
 
+/// g = d * o * (1 - t * t) (the slope of a tanh output t, times o and d), or g += that when
+/// `accumulate`; over [0, n).
+template <class T>
+void tanh_slope_into(const T* d, const T* o, const T* t, T* g, std::size_t n, bool accumulate);
+/// The four elementwise arithmetic operations: r = a op b over [0, n).
+enum class Arith { add = 0, sub = 1, mul = 2, div = 3 };
+template <class T>
+void combine(const T* a, const T* b, T* r, std::size_t n, Arith op);
+/// One row of the LSTM gates' backward pass (engine/ops/recurrent.cpp): dz = f'(z) d, f'
+/// taken from the gates' outputs a over [0, 4H) (sigmoid on i, f and o: a (1 - a); tanh on
+/// g: 1 - a^2). dz goes to gx and to gh (either may be null), added when add_x / add_h.
+template <class T>
+void lstm_gates_vjp(const T* a, const T* d, T* gx, T* gh, std::size_t H, bool add_x, bool add_h);
+
 /// s[j] += the sum over `rows` rows of r (rows p apart) of r[i p + j], j in [0, p):
 /// column sums, each column in row order.
 template <class T>

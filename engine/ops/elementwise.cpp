@@ -100,13 +100,12 @@ struct BinaryOp final : Op<T> {
 
   /// r[i] = a[i] op b[i] over [0, n), in parallel pieces.
   void combine(const T* a, const T* b, T* r, std::size_t n) const {
+    const simd::Arith op = kind == Binary::add ? simd::Arith::add
+                           : kind == Binary::sub ? simd::Arith::sub
+                           : kind == Binary::mul ? simd::Arith::mul
+                                                 : simd::Arith::div;
     parallel::for_range(n, kElementGrain, [&](std::size_t i0, std::size_t i1) {
-      switch (kind) {
-        case Binary::add: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] + b[i]; break;
-        case Binary::sub: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] - b[i]; break;
-        case Binary::mul: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] * b[i]; break;
-        case Binary::div: for (std::size_t i = i0; i < i1; ++i) r[i] = a[i] / b[i]; break;
-      }
+      simd::combine(a + i0, b + i0, r + i0, i1 - i0, op);
     });
   }
 

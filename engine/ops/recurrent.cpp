@@ -46,19 +46,14 @@ T* gate_grad(GradSlot<T>& slot) {
   return g.data();
 }
 
-/// A state's gradient (B, H) += v(row, column, flat index), assigned when new.
-template <class T, class V>
-void add_to_state(GradSlot<T>& slot, std::size_t B, std::size_t H, V&& v) {
+/// A state's gradient (B, H) += row(r, g, add) over each row r (g: the row's H values;
+/// add: false when the buffer is new, so the row is assigned).
+template <class T, class F>
+void add_to_state(GradSlot<T>& slot, std::size_t B, std::size_t H, F&& row) {
   bool fresh;
   T* pg = slot.buffer(fresh).data();
   for_rows(B, H, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {  // one branch-free run per row
-      T* __restrict g = pg + r * H;
-      if (fresh)
-        for (std::size_t j = 0; j < H; ++j) g[j] = v(r, j, r * H + j);
-      else
-        for (std::size_t j = 0; j < H; ++j) g[j] += v(r, j, r * H + j);
-    }
+    for (std::size_t r = r0; r < r1; ++r) row(r, pg + r * H, !fresh);
   });
 }
 
@@ -173,39 +168,11 @@ struct GatesOp final : Op<T> {
     const T* pd = dout.data();
     const T* pa = out.data();
     // dz = f'(z) dout in one pass per row, straight into the inputs' gradients
-    // (assigned where fresh, else added): one branch-free loop per case
-    auto rows = [&]<bool Gx, bool Gh, bool AddX, bool AddH>(std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) {
-        const T* __restrict ar = pa + r * W;
-        const T* __restrict dr = pd + r * W;
-        T* __restrict xr = Gx ? gx + (stepped ? x_row(r, W) : r * W) : nullptr;
-        T* __restrict hr = Gh ? gh + r * W : nullptr;
-        auto gates = [&]<bool Tanh>(std::size_t j0, std::size_t j1) {
-          for (std::size_t j = j0; j < j1; ++j) {
-            const T dz = slope<Tanh>(ar[j]) * dr[j];
-            if constexpr (Gx) xr[j] = AddX ? xr[j] + dz : dz;
-            if constexpr (Gh) hr[j] = AddH ? hr[j] + dz : dz;
-          }
-        };
-        gates.template operator()<false>(0, 2 * H);  // i, f: sigmoid
-        gates.template operator()<true>(2 * H, 3 * H);  // g: tanh
-        gates.template operator()<false>(3 * H, W);  // o: sigmoid
-      }
-    };
+    // (assigned where fresh, else added)
     for_rows(out.shape()[0], W, [&](std::size_t r0, std::size_t r1) {
-      const bool add_x = !fresh_x, add_h = !fresh_h;
-      if (gx && gh) {
-        if (add_x && add_h) rows.template operator()<true, true, true, true>(r0, r1);
-        else if (add_x) rows.template operator()<true, true, true, false>(r0, r1);
-        else if (add_h) rows.template operator()<true, true, false, true>(r0, r1);
-        else rows.template operator()<true, true, false, false>(r0, r1);
-      } else if (gx) {
-        if (add_x) rows.template operator()<true, false, true, false>(r0, r1);
-        else rows.template operator()<true, false, false, false>(r0, r1);
-      } else {
-        if (add_h) rows.template operator()<false, true, false, true>(r0, r1);
-        else rows.template operator()<false, true, false, false>(r0, r1);
-      }
+      for (std::size_t r = r0; r < r1; ++r)
+        simd::lstm_gates_vjp(pa + r * W, pd + r * W, gx ? gx + (stepped ? x_row(r, W) : r * W) : nullptr,
+                             gh ? gh + r * W : nullptr, H, !fresh_x, !fresh_h);
     });
   }
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
@@ -261,9 +228,8 @@ struct StateOp final : Op<T> {
       for (std::size_t r = r0; r < r1; ++r) {
         const T* ar = pa + r * W;
         T* cr = po + r * H;
-        for (std::size_t j = 0; j < H; ++j) cr[j] = ar[j] * ar[2 * H + j];
-        if (has_c)
-          for (std::size_t j = 0; j < H; ++j) cr[j] += ar[H + j] * pc[r * H + j];
+        simd::scaled_into(ar, ar + 2 * H, T(1), cr, H, false);             // a_i a_g
+        if (has_c) simd::scaled_into(ar + H, pc + r * H, T(1), cr, H, true);  // + a_f c
       }
     });
     return c;
@@ -281,17 +247,14 @@ struct StateOp final : Op<T> {
           const T* ar = pa + r * W;
           const T* dr = pd + r * H;
           T* gr = pg + r * W;
-          for (std::size_t j = 0; j < H; ++j) {
-            gr[j] += dr[j] * ar[2 * H + j];  // d/da_i = a_g
-            gr[2 * H + j] += dr[j] * ar[j];  // d/da_g = a_i
-          }
-          if (has_c)
-            for (std::size_t j = 0; j < H; ++j) gr[H + j] += dr[j] * pc[r * H + j];  // d/da_f = c
+          simd::scaled_into(dr, ar + 2 * H, T(1), gr, H, true);                    // d/da_i = a_g
+          simd::scaled_into(dr, ar, T(1), gr + 2 * H, H, true);                    // d/da_g = a_i
+          if (has_c) simd::scaled_into(dr, pc + r * H, T(1), gr + H, H, true);  // d/da_f = c
         }
       });
     }
     if (has_c && dx[1])  // d/dc = a_f
-      add_to_state(dx[1], B, H, [&](std::size_t r, std::size_t j, std::size_t l) { return pd[l] * pa[r * W + H + j]; });
+      add_to_state(dx[1], B, H, [&](std::size_t r, T* g, bool add) { simd::scaled_into(pd + r * H, pa + r * W + H, T(1), g, H, add); });
   }
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {
     const std::size_t B = out.shape()[0], H = out.shape()[1], W = 4 * H, n = out.size(), na = B * W;
@@ -347,8 +310,7 @@ struct OutputOp final : Op<T> {
     T* ph = h.data();
     for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
       simd::tanh(pc + r0 * H, static_cast<const T*>(nullptr), pt + r0 * H, (r1 - r0) * H);
-      for (std::size_t r = r0; r < r1; ++r)
-        for (std::size_t j = 0; j < H; ++j) ph[r * H + j] = pa[r * W + 3 * H + j] * pt[r * H + j];
+      for (std::size_t r = r0; r < r1; ++r) simd::scaled_into(pa + r * W + 3 * H, pt + r * H, T(1), ph + r * H, H, false);
     });
     return h;
   }
@@ -360,13 +322,13 @@ struct OutputOp final : Op<T> {
     if (dx[0]) {
       T* pg = gate_grad(dx[0]);
       for_rows(B, W, [&](std::size_t r0, std::size_t r1) {
-        for (std::size_t r = r0; r < r1; ++r)
-          for (std::size_t j = 0; j < H; ++j) pg[r * W + 3 * H + j] += pd[r * H + j] * pt[r * H + j];  // d/da_o = tanh c
+        for (std::size_t r = r0; r < r1; ++r)  // d/da_o = tanh c
+          simd::scaled_into(pd + r * H, pt + r * H, T(1), pg + r * W + 3 * H, H, true);
       });
     }
     if (dx[1])  // d/dc = a_o (1 - tanh^2 c)
-      add_to_state(dx[1], B, H, [&](std::size_t r, std::size_t j, std::size_t l) {
-        return pd[l] * pa[r * W + 3 * H + j] * (T(1) - pt[l] * pt[l]);
+      add_to_state(dx[1], B, H, [&](std::size_t r, T* g, bool add) {
+        simd::tanh_slope_into(pd + r * H, pa + r * W + 3 * H, pt + r * H, g, H, add);
       });
   }
   ArrayT<T> jvp(Values<T> x, Tangents<T> dot, const ArrayT<T>& out, std::size_t k) override {

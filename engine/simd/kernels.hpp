@@ -113,6 +113,60 @@ struct Kernels {
     else for (std::size_t l = 0; l < n; ++l) g[l] = s * d[l];
   }
 
+  /// g = d * o * (1 - t * t) over [0, n) (a tanh output t's slope times o and d), or g += that
+  /// when `accumulate`.
+  template <class T>
+  static void tanh_slope_into(const T* __restrict d, const T* __restrict o, const T* __restrict t, T* __restrict g,
+                              std::size_t n, bool accumulate) {
+    if (accumulate) for (std::size_t l = 0; l < n; ++l) g[l] += d[l] * o[l] * (T(1) - t[l] * t[l]);
+    else for (std::size_t l = 0; l < n; ++l) g[l] = d[l] * o[l] * (T(1) - t[l] * t[l]);
+  }
+
+  /// r = a op b over [0, n), op 0 +, 1 -, 2 *, 3 /.
+  template <class T>
+  static void combine(const T* __restrict a, const T* __restrict b, T* __restrict r, std::size_t n, int op) {
+    switch (op) {
+      case 0: for (std::size_t i = 0; i < n; ++i) r[i] = a[i] + b[i]; break;
+      case 1: for (std::size_t i = 0; i < n; ++i) r[i] = a[i] - b[i]; break;
+      case 2: for (std::size_t i = 0; i < n; ++i) r[i] = a[i] * b[i]; break;
+      default: for (std::size_t i = 0; i < n; ++i) r[i] = a[i] / b[i]; break;
+    }
+  }
+
+  /// One row of the LSTM gates' backward pass: dz = f'(z) d for the gates' outputs a over
+  /// [0, 4H) (sigmoid on i, f and o, tanh on g), written to gx and gh (either may be null),
+  /// added to what is there when add_x / add_h.
+  template <class T>
+  static void lstm_gates_vjp(const T* a, const T* d, T* gx, T* gh, std::size_t H, bool add_x, bool add_h) {
+    auto run = [&]<bool Gx, bool Gh, bool AddX, bool AddH>() {
+      gate_run<T, false, Gx, Gh, AddX, AddH>(a, d, gx, gh, 2 * H);  // i, f
+      gate_run<T, true, Gx, Gh, AddX, AddH>(a + 2 * H, d + 2 * H, Gx ? gx + 2 * H : nullptr, Gh ? gh + 2 * H : nullptr, H);  // g
+      gate_run<T, false, Gx, Gh, AddX, AddH>(a + 3 * H, d + 3 * H, Gx ? gx + 3 * H : nullptr, Gh ? gh + 3 * H : nullptr, H);  // o
+    };
+    if (gx && gh) {
+      if (add_x && add_h) run.template operator()<true, true, true, true>();
+      else if (add_x) run.template operator()<true, true, true, false>();
+      else if (add_h) run.template operator()<true, true, false, true>();
+      else run.template operator()<true, true, false, false>();
+    } else if (gx) {
+      if (add_x) run.template operator()<true, false, true, false>();
+      else run.template operator()<true, false, false, false>();
+    } else if (gh) {
+      if (add_h) run.template operator()<false, true, false, true>();
+      else run.template operator()<false, true, false, false>();
+    }
+  }
+  /// lstm_gates_vjp over one run of n gates of one kind (a branch-free loop per case).
+  template <class T, bool Tanh, bool Gx, bool Gh, bool AddX, bool AddH>
+  static void gate_run(const T* __restrict a, const T* __restrict d, T* __restrict gx, T* __restrict gh,
+                       std::size_t n) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const T dz = (Tanh ? T(1) - a[j] * a[j] : a[j] * (T(1) - a[j])) * d[j];
+      if constexpr (Gx) gx[j] = AddX ? gx[j] + dz : dz;
+      if constexpr (Gh) gh[j] = AddH ? gh[j] + dz : dz;
+    }
+  }
+
   /// s[j] += sum over rows i of r[i p + j], j in [0, p): column sums (bias gradients), each
   /// column summed in row order (a plain loop: the compiler vectorises it across columns).
   template <class T>
@@ -252,6 +306,9 @@ struct Table {
                      T, T*, std::size_t, T*);
   std::size_t (*pack_width)(std::size_t);
   void (*add_rows)(const T*, std::size_t, std::size_t, T*);
+  void (*tanh_slope_into)(const T*, const T*, const T*, T*, std::size_t, bool);
+  void (*combine)(const T*, const T*, T*, std::size_t, int);
+  void (*lstm_gates_vjp)(const T*, const T*, T*, T*, std::size_t, bool, bool);
 };
 
 template <class Arch, class T>
@@ -259,7 +316,8 @@ constexpr Table<T> table_of() {
   using K = Kernels<Arch>;
   return {&K::template max<T>, &K::template exp_shifted<T>, &K::template exp<T>, &K::template gelu<T>,
           &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>,
-          &K::template gemm_small<T>, &K::template pack_width<T>, &K::template add_rows<T>};
+          &K::template gemm_small<T>, &K::template pack_width<T>, &K::template add_rows<T>,
+          &K::template tanh_slope_into<T>, &K::template combine<T>, &K::template lstm_gates_vjp<T>};
 }
 
 /// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).

@@ -112,3 +112,84 @@ TEST_CASE("simd::add_rows adds each column's sum in row order, bit for bit, with
     CHECK(got_baseline == want);
   }
 }
+
+namespace {
+
+/// Deterministic values in (-lo, hi) for kernel tests.
+std::vector<float> test_values(std::size_t n, std::size_t seed, float lo = -1.5f, float hi = 1.5f) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * float(((i + 3) * (seed * 2654435761u + 40503u)) % 1009) / 1009.0f;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("simd::combine, tanh_slope_into and lstm_gates_vjp equal their definitions with either kernel set") {
+  constexpr auto baseline = simd::detail::table_of<xsimd::default_arch, float>();
+  const auto near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(got[i] - want[i]) <= 1e-6f * (1.0f + std::abs(want[i])));
+    }
+  };
+  for (std::size_t n : {1, 7, 8, 13, 64, 67}) {
+    CAPTURE(n);
+    const auto a = test_values(n, 1), b = test_values(n, 2, 0.5f, 2.0f), t = test_values(n, 3, -0.99f, 0.99f);
+    // combine: the four operations
+    for (int op = 0; op < 4; ++op) {
+      CAPTURE(op);
+      std::vector<float> want(n), got(n), got_baseline(n);
+      for (std::size_t i = 0; i < n; ++i)
+        want[i] = op == 0 ? a[i] + b[i] : op == 1 ? a[i] - b[i] : op == 2 ? a[i] * b[i] : a[i] / b[i];
+      simd::combine(a.data(), b.data(), got.data(), n, simd::Arith(op));
+      baseline.combine(a.data(), b.data(), got_baseline.data(), n, op);
+      near(got, want);
+      near(got_baseline, want);
+    }
+    // tanh_slope_into: assigned and added
+    for (bool accumulate : {false, true}) {
+      CAPTURE(accumulate);
+      std::vector<float> want = test_values(n, 4), got = want, got_baseline = want;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float v = a[i] * b[i] * (1.0f - t[i] * t[i]);
+        want[i] = accumulate ? want[i] + v : v;
+      }
+      simd::tanh_slope_into(a.data(), b.data(), t.data(), got.data(), n, accumulate);
+      baseline.tanh_slope_into(a.data(), b.data(), t.data(), got_baseline.data(), n, accumulate);
+      near(got, want);
+      near(got_baseline, want);
+    }
+  }
+  // lstm_gates_vjp: every combination of outputs present and added to
+  for (std::size_t H : {1, 5, 16, 19}) {
+    CAPTURE(H);
+    const std::size_t W = 4 * H;
+    const auto a = test_values(W, 5, 0.01f, 0.99f), d = test_values(W, 6);
+    for (int gx_on : {0, 1})
+      for (int gh_on : {0, 1})
+        for (bool add_x : {false, true})
+          for (bool add_h : {false, true}) {
+            CAPTURE(gx_on);
+            CAPTURE(gh_on);
+            CAPTURE(add_x);
+            CAPTURE(add_h);
+            const std::vector<float> gx0 = test_values(W, 7), gh0 = test_values(W, 8);
+            std::vector<float> want_x = gx0, want_h = gh0;
+            for (std::size_t j = 0; j < W; ++j) {
+              const bool tanh_gate = j >= 2 * H && j < 3 * H;
+              const float dz = (tanh_gate ? 1.0f - a[j] * a[j] : a[j] * (1.0f - a[j])) * d[j];
+              if (gx_on) want_x[j] = add_x ? want_x[j] + dz : dz;
+              if (gh_on) want_h[j] = add_h ? want_h[j] + dz : dz;
+            }
+            for (int set = 0; set < 2; ++set) {
+              CAPTURE(set);
+              std::vector<float> gx = gx0, gh = gh0;
+              auto f = set == 0 ? &simd::lstm_gates_vjp<float> : baseline.lstm_gates_vjp;
+              f(a.data(), d.data(), gx_on ? gx.data() : nullptr, gh_on ? gh.data() : nullptr, H, add_x, add_h);
+              near(gx, want_x);  // untouched when absent: gx0 == want_x then
+              near(gh, want_h);
+            }
+          }
+  }
+}
