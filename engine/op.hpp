@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -31,6 +32,16 @@ class GradSlot {
   void add(const E& e) {
     if (!node_->has_grad) {
       node_->grad = e;
+      node_->has_grad = true;
+    } else {
+      node_->grad += e;
+    }
+  }
+  /// grad += e for an array the caller gives up: the first contribution takes it
+  /// without a copy.
+  void add(ArrayT<T>&& e) {
+    if (!node_->has_grad) {
+      node_->grad = std::move(e);
       node_->has_grad = true;
     } else {
       node_->grad += e;

@@ -88,6 +88,15 @@ void lstm_gates_vjp(const T* a, const T* d, T* gx, T* gh, std::size_t H, bool ad
   kernels<T>().lstm_gates_vjp(a, d, gx, gh, H, add_x, add_h);
 }
 
+template <class T>
+T sum(const T* x, std::size_t n) { return kernels<T>().sum(x, n); }
+template <class T>
+T dot(const T* x, const T* y, std::size_t n) { return kernels<T>().dot(x, y, n); }
+template <class T>
+T centred_squares(const T* x, std::size_t n, T m) { return kernels<T>().centred_squares(x, n, m); }
+template <class T>
+void gelu_slope(const T* a, T* out, T* d, std::size_t n) { kernels<T>().gelu_slope(a, out, d, n); }
+
 #define DPGRAD_SIMD_INSTANTIATE(T)                                  \
   template T max(const T*, std::size_t);                            \
   template T exp_shifted(T*, std::size_t, T);                       \
@@ -105,7 +114,11 @@ void lstm_gates_vjp(const T* a, const T* d, T* gx, T* gh, std::size_t H, bool ad
   template void add_rows(const T*, std::size_t, std::size_t, T*);                             \
   template void tanh_slope_into(const T*, const T*, const T*, T*, std::size_t, bool);         \
   template void combine(const T*, const T*, T*, std::size_t, Arith);                          \
-  template void lstm_gates_vjp(const T*, const T*, T*, T*, std::size_t, bool, bool);
+  template void lstm_gates_vjp(const T*, const T*, T*, T*, std::size_t, bool, bool);          \
+  template T sum(const T*, std::size_t);                                                     \
+  template T dot(const T*, const T*, std::size_t);                                           \
+  template T centred_squares(const T*, std::size_t, T);                                      \
+  template void gelu_slope(const T*, T*, T*, std::size_t);
 DPGRAD_SIMD_INSTANTIATE(float)
 DPGRAD_SIMD_INSTANTIATE(double)
 #undef DPGRAD_SIMD_INSTANTIATE

@@ -60,6 +60,18 @@ void combine(const T* a, const T* b, T* r, std::size_t n, Arith op);
 template <class T>
 void lstm_gates_vjp(const T* a, const T* d, T* gx, T* gh, std::size_t H, bool add_x, bool add_h);
 
+/// The sum of x[0, n), of x[i] y[i], and of (x[i] - m)^2: each in 8 interleaved partial sums
+/// joined in a fixed order, so the same bits with either kernel set.
+template <class T>
+T sum(const T* x, std::size_t n);
+template <class T>
+T dot(const T* x, const T* y, std::size_t n);
+template <class T>
+T centred_squares(const T* x, std::size_t n, T m);
+/// out = GELU(a) = a Phi(a) and d = its slope Phi(a) + a phi(a), over [0, n), in one pass.
+template <class T>
+void gelu_slope(const T* a, T* out, T* d, std::size_t n);
+
 /// s[j] += the sum over `rows` rows of r (rows p apart) of r[i p + j], j in [0, p):
 /// column sums, each column in row order.
 template <class T>

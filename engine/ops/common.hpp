@@ -3,6 +3,7 @@
 // and explicit instantiation for float and double.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -46,19 +47,107 @@ Samples rows_of_first(std::span<const Samples> in, Values<T> x) {
 /// The numpy broadcast of two shapes; throws naming `op` when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
+/// g summed over the axes marked in `reduced` (one flag per axis of g), as an array of
+/// shape `out` (the kept axes' sizes, in order, with or without 1s between them). Plain
+/// passes over g in memory order: adjacent axes of one kind are merged, a reduced run
+/// before a kept one is a column sum (simd::add_rows, rows in order), and a trailing
+/// reduced run is one simd::sum.
+template <class T>
+ArrayT<T> sum_axes(const ArrayT<T>& g, const std::vector<bool>& reduced, const Shape& out) {
+  struct Run {
+    std::size_t len;
+    bool reduced;
+    std::size_t src = 1, dst = 1;  // strides in g and in the result
+  };
+  std::vector<Run> runs;
+  const Shape gs = shape_of(g);
+  for (std::size_t i = 0; i < gs.size(); ++i) {
+    if (gs[i] == 1) continue;
+    if (!runs.empty() && runs.back().reduced == reduced[i]) runs.back().len *= gs[i];
+    else runs.push_back({gs[i], bool(reduced[i])});
+  }
+  ArrayT<T> r = ArrayT<T>::from_shape(out);
+  std::fill(r.begin(), r.end(), T(0));
+  if (g.size() == 0) return r;
+  if (runs.empty()) {  // every axis has length 1
+    r.data()[0] = g.data()[0];
+    return r;
+  }
+  for (std::size_t k = runs.size() - 1, s = 1, d = 1; k + 1 > 0; --k) {
+    runs[k].src = s;
+    runs[k].dst = d;
+    s *= runs[k].len;
+    if (!runs[k].reduced) d *= runs[k].len;
+  }
+  const std::size_t m = runs.size();
+  auto walk = [&](auto&& self, std::size_t k, const T* src, T* dst) -> void {
+    const Run& u = runs[k];
+    if (k + 1 == m) {  // the last run: contiguous
+      if (u.reduced) dst[0] += simd::sum(src, u.len);
+      else simd::add_rows(src, 1, u.len, dst);
+      return;
+    }
+    if (u.reduced && k + 2 == m) {  // reduced rows of one kept run: column sums
+      simd::add_rows(src, u.len, runs[k + 1].len, dst);
+      return;
+    }
+    for (std::size_t i = 0; i < u.len; ++i) self(self, k + 1, src + i * u.src, u.reduced ? dst : dst + i * u.dst);
+  };
+  walk(walk, 0, g.data(), r.data());
+  return r;
+}
+
 /// Sums g (broadcast shape) down to `target` (the reverse of broadcasting).
 template <class T>
 ArrayT<T> unbroadcast(const ArrayT<T>& g, const Shape& target) {
   Shape gs = shape_of(g);
   if (gs == target) return g;
   std::size_t lead = gs.size() - target.size();
-  std::vector<std::size_t> axes;
-  for (std::size_t i = 0; i < gs.size(); ++i)
-    if (i < lead || (target[i - lead] == 1 && gs[i] != 1)) axes.push_back(i);
-  ArrayT<T> r = xt::sum(g, axes);
-  r.reshape(target);
+  std::vector<bool> reduced(gs.size());
+  for (std::size_t i = 0; i < gs.size(); ++i) reduced[i] = i < lead || (target[i - lead] == 1 && gs[i] != 1);
+  return sum_axes(g, reduced, target);
+}
+
+/// `x` broadcast to `shape` as a contiguous array (a copy only when needed).
+/// Plain loops: the innermost run of axes that x does not broadcast is copied
+/// whole, and a broadcast innermost axis repeats one value (an LSTM's (B, 1)
+/// padding mask against (B, H) states).
+template <class T>
+ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
+  Shape xs = shape_of(x);
+  if (xs == shape) return x;
+  const std::size_t nd = shape.size(), lead = nd - xs.size();
+  std::vector<std::size_t> stride(nd, 0);  // x's stride along each output axis, 0 where broadcast
+  for (std::size_t i = nd, s = 1; i-- > lead;) {
+    const std::size_t len = xs[i - lead];
+    stride[i] = len == 1 ? 0 : s;
+    s *= len;
+  }
+  ArrayT<T> r = ArrayT<T>::from_shape(shape);
+  if (r.size() == 0) return r;
+  // the output as (outer index, inner run): the run is either the trailing
+  // broadcast axes (one value repeated) or the trailing axes x has whole (a copy)
+  std::size_t repeat = 1, inner = 1, axis = nd;
+  while (axis > 0 && stride[axis - 1] == 0) repeat *= shape[--axis];
+  if (repeat == 1)
+    while (axis > 0 && stride[axis - 1] == inner && shape[axis - 1] != 1) inner *= shape[--axis];
+  const std::size_t run = repeat * inner;
+  const T* src = x.data();
+  T* dst = r.data();
+  std::vector<std::size_t> idx(axis, 0);
+  for (std::size_t o = 0, outer = r.size() / run; o < outer; ++o, dst += run) {
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < axis; ++i) off += idx[i] * stride[i];
+    if (repeat > 1) std::fill_n(dst, repeat, src[off]);
+    else std::copy_n(src + off, inner, dst);
+    for (std::size_t i = axis; i-- > 0;)  // next outer index
+      if (++idx[i] < shape[i]) break;
+      else idx[i] = 0;
+  }
   return r;
 }
+
+
 
 /// Tangents x_dot (k, ...xs) broadcast to (k, ...out): a new leading axis stays in front.
 template <class T>

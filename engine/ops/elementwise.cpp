@@ -13,6 +13,7 @@
 #include "engine/simd.hpp"
 #include "engine/parallel.hpp"
 #include "engine/per_sample_rule.hpp"
+#include "engine/tape.hpp"
 
 namespace dpgrad {
 namespace detail {
@@ -35,45 +36,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 namespace {
 using detail::broadcast_tangent;
 using detail::unbroadcast;
-
-/// `x` broadcast to `shape` as a contiguous array (a copy only when needed).
-/// Plain loops: the innermost run of axes that x does not broadcast is copied
-/// whole, and a broadcast innermost axis repeats one value (an LSTM's (B, 1)
-/// padding mask against (B, H) states).
-template <class T>
-ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
-  Shape xs = shape_of(x);
-  if (xs == shape) return x;
-  const std::size_t nd = shape.size(), lead = nd - xs.size();
-  std::vector<std::size_t> stride(nd, 0);  // x's stride along each output axis, 0 where broadcast
-  for (std::size_t i = nd, s = 1; i-- > lead;) {
-    const std::size_t len = xs[i - lead];
-    stride[i] = len == 1 ? 0 : s;
-    s *= len;
-  }
-  ArrayT<T> r = ArrayT<T>::from_shape(shape);
-  if (r.size() == 0) return r;
-  // the output as (outer index, inner run): the run is either the trailing
-  // broadcast axes (one value repeated) or the trailing axes x has whole (a copy)
-  std::size_t repeat = 1, inner = 1, axis = nd;
-  while (axis > 0 && stride[axis - 1] == 0) repeat *= shape[--axis];
-  if (repeat == 1)
-    while (axis > 0 && stride[axis - 1] == inner && shape[axis - 1] != 1) inner *= shape[--axis];
-  const std::size_t run = repeat * inner;
-  const T* src = x.data();
-  T* dst = r.data();
-  std::vector<std::size_t> idx(axis, 0);
-  for (std::size_t o = 0, outer = r.size() / run; o < outer; ++o, dst += run) {
-    std::size_t off = 0;
-    for (std::size_t i = 0; i < axis; ++i) off += idx[i] * stride[i];
-    if (repeat > 1) std::fill_n(dst, repeat, src[off]);
-    else std::copy_n(src + off, inner, dst);
-    for (std::size_t i = axis; i-- > 0;)  // next outer index
-      if (++idx[i] < shape[i]) break;
-      else idx[i] = 0;
-  }
-  return r;
-}
+using detail::expand;
 
 enum class Binary { add, sub, mul, div };
 
@@ -261,6 +224,10 @@ template <class T>
 struct UnaryOp final : Op<T> {
   Unary kind;
   T c = T(1);  // scale's factor, add_scalar's term, pow's exponent, leaky_relu's slope
+  // gelu, when a vjp or jvp will follow: the forward pass also writes f'(x) here, in the
+  // same pass as f(x) (their erfc is shared), and the rules read it instead of recomputing.
+  bool keep_slope = false;
+  ArrayT<T> slope;
   explicit UnaryOp(Unary k) : kind(k) {}
   const char* name() const override { return unary_name(kind); }
   Samples samples(std::span<const Samples> in, Values<T>, const ArrayT<T>&) const override { return in[0]; }
@@ -312,6 +279,11 @@ struct UnaryOp final : Op<T> {
   /// Calls f(i0, f'(x) on [i0, i0 + len), len) block by block, blocks in parallel.
   template <class F>
   void for_each_derivative_block(const T* a, const T* o, std::size_t n, F&& f) const {
+    if (keep_slope && kind == Unary::gelu && slope.size() == n) {  // kept by the forward pass
+      const T* d = slope.data();
+      parallel::for_range(n, kElementGrain, [&](std::size_t r0, std::size_t r1) { f(r0, d + r0, r1 - r0); });
+      return;
+    }
     parallel::for_range(n, kElementGrain, [&](std::size_t r0, std::size_t r1) {
       T d[kBlock];
       for (std::size_t i0 = r0; i0 < r1; i0 += kBlock) {
@@ -327,6 +299,13 @@ struct UnaryOp final : Op<T> {
     ArrayT<T> r = ArrayT<T>::from_shape(a.shape());
     const T* pa = a.data();
     T* pr = r.data();
+    if (keep_slope && kind == Unary::gelu) {
+      slope = ArrayT<T>::from_shape(a.shape());
+      T* ps = slope.data();
+      parallel::for_range(a.size(), kElementGrain,
+                          [&](std::size_t i0, std::size_t i1) { simd::gelu_slope(pa + i0, pr + i0, ps + i0, i1 - i0); });
+      return r;
+    }
     parallel::for_range(a.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) { primal(pa + i0, pr + i0, i1 - i0); });
     return r;
   }
@@ -394,7 +373,12 @@ template <class T> TensorT<T> sqrt(const TensorT<T>& x) { return unary(Unary::sq
 template <class T> TensorT<T> rsqrt(const TensorT<T>& x) { return unary(Unary::rsqrt, x); }
 template <class T> TensorT<T> pow(const TensorT<T>& x, T p) { return unary(Unary::pow, x, p); }
 template <class T> TensorT<T> abs(const TensorT<T>& x) { return unary(Unary::abs, x); }
-template <class T> TensorT<T> gelu(const TensorT<T>& x) { return unary(Unary::gelu, x); }
+template <class T> TensorT<T> gelu(const TensorT<T>& x) {
+  auto op = std::make_unique<UnaryOp<T>>(Unary::gelu);
+  // the slope is kept when a rule will read it: a tape records this op, or tangents ride along
+  op->keep_slope = x.defined() && ((active_tape<T>() && x.requires_grad()) || x.has_tangent());
+  return apply<T>(std::move(op), {x});
+}
 template <class T> TensorT<T> leaky_relu(const TensorT<T>& x, T slope) { return unary(Unary::leaky_relu, x, slope); }
 template <class T> TensorT<T> erf(const TensorT<T>& x) { return unary(Unary::erf, x); }
 

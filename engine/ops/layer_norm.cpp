@@ -5,6 +5,7 @@
 // from its input when it needs it. Gain and shift stay exact for the
 // per-sample rules: they are recorded as the elementwise uses a mul and an add
 // would have recorded (docs/per-sample.md, "Elementwise parameters").
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops.hpp"
@@ -70,12 +71,8 @@ struct LayerNormOp final : Op<T> {
     parallel::for_range(rows, row_grain(d), [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         const T* xr = pa + r * d;
-        T sum = 0;
-        for (std::size_t j = 0; j < d; ++j) sum += xr[j];
-        const T m = sum / T(d);
-        T sq = 0;
-        for (std::size_t j = 0; j < d; ++j) sq += (xr[j] - m) * (xr[j] - m);
-        const T s = T(1) / std::sqrt(sq / T(d) + eps);
+        const T m = simd::sum(xr, d) / T(d);  // sums in 8 partial sums: not one chain of d dependent adds
+        const T s = T(1) / std::sqrt(simd::centred_squares(xr, d, m) / T(d) + eps);
         mean[r] = m;
         rstd[r] = s;
         T* yr = po + r * d;
@@ -102,13 +99,9 @@ struct LayerNormOp final : Op<T> {
         for (std::size_t r = r0; r < r1; ++r) {
           normalised_row(px, r, xh.data());
           const T* dr = pd + r * d;
-          T su = 0, sux = 0;
-          for (std::size_t j = 0; j < d; ++j) {
-            u[j] = g ? dr[j] * g[j] : dr[j];
-            su += u[j];
-            sux += u[j] * xh[j];
-          }
-          const T mu = su / T(d), mux = sux / T(d), s = rstd[r];
+          if (g) for (std::size_t j = 0; j < d; ++j) u[j] = dr[j] * g[j];
+          else std::copy_n(dr, d, u.data());
+          const T mu = simd::sum(u.data(), d) / T(d), mux = simd::dot(u.data(), xh.data(), d) / T(d), s = rstd[r];
           T* gr = pg + r * d;
           if (fresh)
             for (std::size_t j = 0; j < d; ++j) gr[j] = s * (u[j] - mu - xh[j] * mux);
@@ -156,12 +149,7 @@ struct LayerNormOp final : Op<T> {
           T* yr = r.data() + t * n + row * d;
           if (xd) {
             const T* tr = xd + t * n + row * d;
-            T st = 0, stx = 0;
-            for (std::size_t j = 0; j < d; ++j) {
-              st += tr[j];
-              stx += tr[j] * xh[j];
-            }
-            const T mt = st / T(d), mtx = stx / T(d), s = rstd[row];
+            const T mt = simd::sum(tr, d) / T(d), mtx = simd::dot(tr, xh.data(), d) / T(d), s = rstd[row];
             for (std::size_t j = 0; j < d; ++j) yr[j] = s * (tr[j] - mt - xh[j] * mtx) * (g ? g[j] : T(1));
           } else {
             std::fill_n(yr, d, T(0));

@@ -30,14 +30,20 @@ struct SumOp final : Op<T> {
     for (auto a : axes) kept[a] = 1;
   }
   ArrayT<T> forward(Values<T> x) override {
-    resolve(shape_of(*x[0]));
-    ArrayT<T> r = xt::sum(*x[0], axes);
-    if (keepdims) r.reshape(kept);
-    return r;
+    const Shape xs = shape_of(*x[0]);
+    resolve(xs);
+    std::vector<bool> reduced(xs.size(), false);
+    Shape out;
+    for (auto a : axes) reduced[a] = true;
+    for (std::size_t i = 0; i < xs.size(); ++i)
+      if (!reduced[i]) out.push_back(xs[i]);
+    return detail::sum_axes(*x[0], reduced, keepdims ? kept : out);
   }
   void vjp(const ArrayT<T>& dout, Values<T> x, const ArrayT<T>&, Slots<T> dx) override {
     if (!dx[0]) return;
-    dx[0].add(xt::broadcast(xt::reshape_view(dout, kept), x[0]->shape()));
+    ArrayT<T> d = dout;  // (the kept shape: a few values)
+    d.reshape(kept);
+    dx[0].add(detail::expand(d, shape_of(*x[0])));
   }
   ArrayT<T> jvp(Values<T>, Tangents<T> d, const ArrayT<T>&, std::size_t) override {
     std::vector<std::size_t> shifted;

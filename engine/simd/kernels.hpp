@@ -87,6 +87,25 @@ struct Kernels {
     }
   }
 
+  /// out = x Phi(x) and d = Phi(x) + x phi(x) (GELU and its slope) over [0, n), in one pass.
+  template <class T>
+  static void gelu_slope(const T* a, T* out, T* d, std::size_t n) {
+    constexpr T r2 = T(std::numbers::sqrt2 / 2), inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+    const V<T> half(T(0.5)), vr2(r2), vphi(inv_sqrt_2pi), mhalf(T(-0.5));
+    std::size_t i = 0;
+    for (; i + V<T>::size <= n; i += V<T>::size) {
+      const V<T> x = V<T>::load_unaligned(a + i);
+      const V<T> cdf = half * xsimd::erfc(-x * vr2);
+      (x * cdf).store_unaligned(out + i);
+      (cdf + x * xsimd::exp(mhalf * x * x) * vphi).store_unaligned(d + i);
+    }
+    for (; i < n; ++i) {
+      const T cdf = T(0.5) * std::erfc(-a[i] * r2);
+      out[i] = a[i] * cdf;
+      d[i] = cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi;
+    }
+  }
+
   /// out = sigmoid(a + b) (tanh with `tanh`) over [0, n); f(a) when b is null.
   template <class T>
   static void squash(const T* a, const T* b, T* out, std::size_t n, bool tanh) {
@@ -111,6 +130,41 @@ struct Kernels {
     else if (o) for (std::size_t l = 0; l < n; ++l) g[l] = d[l] * o[l];
     else if (accumulate) for (std::size_t l = 0; l < n; ++l) g[l] += s * d[l];
     else for (std::size_t l = 0; l < n; ++l) g[l] = s * d[l];
+  }
+
+  /// The sum of x[0, n) in 8 interleaved partial sums, joined in a fixed order: the same
+  /// bits with any vector width (1 x 8, 2 x 4 or 8 x 1 lanes).
+  template <class T>
+  static T sum(const T* __restrict x, std::size_t n) {
+    T acc[8] = {};
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (std::size_t l = 0; l < 8; ++l) acc[l] += x[i + l];
+    T s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; ++i) s += x[i];
+    return s;
+  }
+  /// The sum of x[i] y[i] over [0, n), in the order of sum.
+  template <class T>
+  static T dot(const T* __restrict x, const T* __restrict y, std::size_t n) {
+    T acc[8] = {};
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (std::size_t l = 0; l < 8; ++l) acc[l] += x[i + l] * y[i + l];
+    T s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; ++i) s += x[i] * y[i];
+    return s;
+  }
+  /// The sum of (x[i] - m)^2 over [0, n), in the order of sum.
+  template <class T>
+  static T centred_squares(const T* __restrict x, std::size_t n, T m) {
+    T acc[8] = {};
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (std::size_t l = 0; l < 8; ++l) acc[l] += (x[i + l] - m) * (x[i + l] - m);
+    T s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; ++i) s += (x[i] - m) * (x[i] - m);
+    return s;
   }
 
   /// g = d * o * (1 - t * t) over [0, n) (a tanh output t's slope times o and d), or g += that
@@ -309,6 +363,10 @@ struct Table {
   void (*tanh_slope_into)(const T*, const T*, const T*, T*, std::size_t, bool);
   void (*combine)(const T*, const T*, T*, std::size_t, int);
   void (*lstm_gates_vjp)(const T*, const T*, T*, T*, std::size_t, bool, bool);
+  T (*sum)(const T*, std::size_t);
+  T (*dot)(const T*, const T*, std::size_t);
+  T (*centred_squares)(const T*, std::size_t, T);
+  void (*gelu_slope)(const T*, T*, T*, std::size_t);
 };
 
 template <class Arch, class T>
@@ -317,7 +375,8 @@ constexpr Table<T> table_of() {
   return {&K::template max<T>, &K::template exp_shifted<T>, &K::template exp<T>, &K::template gelu<T>,
           &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>,
           &K::template gemm_small<T>, &K::template pack_width<T>, &K::template add_rows<T>,
-          &K::template tanh_slope_into<T>, &K::template combine<T>, &K::template lstm_gates_vjp<T>};
+          &K::template tanh_slope_into<T>, &K::template combine<T>, &K::template lstm_gates_vjp<T>,
+          &K::template sum<T>, &K::template dot<T>, &K::template centred_squares<T>, &K::template gelu_slope<T>};
 }
 
 /// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).

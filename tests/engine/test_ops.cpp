@@ -83,6 +83,41 @@ TEST_CASE("ops: primal values") {
   CHECK(sigmoid(D(A{-1000.0})).value()(0) == 0.0);
 }
 
+TEST_CASE("ops: sums over axes equal xtensor's sums, for every pattern of kept and summed axes") {
+  FastRng rng(17);
+  for (const Shape& shape : {Shape{5}, Shape{3, 4}, Shape{2, 1, 5}, Shape{3, 4, 9}, Shape{2, 3, 1, 4, 2}, Shape{1, 1}}) {
+    A x = randn<double>(shape, rng);
+    for (std::size_t mask = 0; mask < (std::size_t(1) << shape.size()); ++mask) {
+      std::vector<std::size_t> axes;
+      for (std::size_t i = 0; i < shape.size(); ++i)
+        if (mask >> i & 1) axes.push_back(i);
+      if (axes.empty()) continue;  // (sum's empty list means every axis)
+      CAPTURE(shape.size());
+      CAPTURE(mask);
+      for (bool keep : {false, true}) {
+        A want = xt::sum(x, axes);
+        if (keep) {
+          Shape kept = shape;
+          for (auto a : axes) kept[a] = 1;
+          want.reshape(kept);
+        }
+        const A got = sum(D(x), axes, keep).value();
+        REQUIRE(got.shape() == want.shape());
+        DPGRAD_CHECK_CLOSE(got, want, 1e-13);
+      }
+    }
+  }
+  // broadcasting's reverse: positions (L, d) added to every sample of (B, L, d)
+  A g = randn<double>({4, 3, 5}, rng);
+  A pos = randn<double>({3, 5}, rng);
+  TapeT<double> tape;
+  RecordScope<double> scope(tape);
+  D p = make_parameter<double>("p", pos);
+  D y = add(D(randn<double>({4, 3, 5}, rng)), p);
+  tape.backward(sum(mul(y, D(g))));
+  DPGRAD_CHECK_CLOSE(p.grad(), A(xt::sum(g, {0})), 1e-13);
+}
+
 TEST_CASE("ops: reductions") {
   FastRng rng(13);
   A x = randn<double>({3, 4, 2}, rng);

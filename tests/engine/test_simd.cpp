@@ -193,3 +193,47 @@ TEST_CASE("simd::combine, tanh_slope_into and lstm_gates_vjp equal their definit
           }
   }
 }
+
+TEST_CASE("simd::sum, dot and centred_squares: 8 partial sums in a fixed order, the same with either kernel set") {
+  constexpr auto baseline = simd::detail::table_of<xsimd::default_arch, float>();
+  for (std::size_t n : {0, 1, 7, 8, 9, 64, 150, 257}) {
+    CAPTURE(n);
+    const auto x = test_values(n, 9), y = test_values(n, 10);
+    // the definition: lane l sums x[i] for i = l mod 8 below the last whole 8, joined pairwise, then the tail
+    const auto reference = [&](auto term) {
+      float acc[8] = {};
+      std::size_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (std::size_t l = 0; l < 8; ++l) acc[l] += term(i + l);
+      float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+      for (; i < n; ++i) s += term(i);
+      return s;
+    };
+    const float want_sum = reference([&](std::size_t i) { return x[i]; });
+    CHECK(simd::sum(x.data(), n) == want_sum);  // additions only: the same bits
+    CHECK(baseline.sum(x.data(), n) == want_sum);
+    const float want_dot = reference([&](std::size_t i) { return x[i] * y[i]; });
+    const float m = 0.25f;
+    const float want_sq = reference([&](std::size_t i) { return (x[i] - m) * (x[i] - m); });
+    for (float got : {simd::dot(x.data(), y.data(), n), baseline.dot(x.data(), y.data(), n)})
+      CHECK(std::abs(got - want_dot) <= 1e-5f * (1.0f + std::abs(want_dot)));
+    for (float got : {simd::centred_squares(x.data(), n, m), baseline.centred_squares(x.data(), n, m)})
+      CHECK(std::abs(got - want_sq) <= 1e-5f * (1.0f + std::abs(want_sq)));
+  }
+}
+
+TEST_CASE("simd::gelu_slope gives gelu's value and its derivative in one pass") {
+  for (std::size_t n : {1, 8, 13, 67}) {
+    CAPTURE(n);
+    const auto a = test_values(n, 11, -6.0f, 6.0f);
+    std::vector<float> out(n), d(n), want_out(n), want_d(n);
+    simd::gelu_slope(a.data(), out.data(), d.data(), n);
+    simd::gelu(a.data(), want_out.data(), n, false);
+    simd::gelu(a.data(), want_d.data(), n, true);
+    for (std::size_t i = 0; i < n; ++i) {  // (the compiler may fuse the scalar tail's products differently)
+      CAPTURE(i);
+      CHECK(std::abs(out[i] - want_out[i]) <= 1e-6f * (1.0f + std::abs(want_out[i])));
+      CHECK(std::abs(d[i] - want_d[i]) <= 1e-6f * (1.0f + std::abs(want_d[i])));
+    }
+  }
+}
