@@ -46,6 +46,13 @@ struct AttentionOp final : Op<T> {
   std::vector<std::vector<std::size_t>> masked;
   std::vector<unsigned char> uniform;
   ArrayT<T> lse;  // (B, H, Lq): log sum_j exp(s_ij) over each score row's unmasked keys
+  // The weights themselves, kept when every sample's keys are one block (Lk <= kMaxBlock):
+  // sample i, head h's rows of kend[i] values from (i H + h) Lq Lk on. Their size is then
+  // at most kMaxBlock H Lq per sample, the order of the layer's other activations, and
+  // the rules read them instead of recomputing scores and exponentials. Longer sequences
+  // keep only lse (docs/fused-ops.md).
+  ArrayT<T> kept_p;
+  bool keep_p = false;
 
   AttentionOp(std::size_t h, T s, ArrayT<T> m) : heads(h), scale(s), mask(std::move(m)) {}
   const char* name() const override { return "attention"; }
@@ -105,6 +112,8 @@ struct AttentionOp final : Op<T> {
         if (m[j] != T(0)) masked[i].push_back(j);
     }
     lse = ArrayT<T>::from_shape({b, heads, lq});
+    keep_p = lk <= kMaxBlock && b * lq > 0;
+    kept_p = keep_p ? ArrayT<T>::from_shape({b * heads * lq * lk}) : ArrayT<T>();
     ArrayT<T> out = ArrayT<T>::from_shape({b, lq, heads * dv});
     const T *q = x[0]->data(), *k = x[1]->data(), *v = x[2]->data();
     T* o = out.data();
@@ -163,19 +172,25 @@ struct AttentionOp final : Op<T> {
                             c0 == 0 ? T(0) : T(1), ob, ldv(), pack);
     }
     T* lse_row = lse.data() + (i * heads + h) * lq + r0;
+    // one key block (keep_p): s holds exp(s - m) of every key; kept divided by l, it is P
+    T* kept = keep_p ? kept_p.data() + (i * heads + h) * lq * lk + r0 * kend[i] : nullptr;
     for (std::size_t r = 0; r < qn; ++r) {
       const T inv = T(1) / l[r];
       for (std::size_t c = 0; c < dv; ++c) ob[r * ldv() + c] *= inv;
       lse_row[r] = m[r] + std::log(l[r]);
+      if (kept) simd::scaled_into(s + r * kend[i], static_cast<const T*>(nullptr), inv, kept + r * kend[i], kend[i], false);
     }
   }
 
-  /// p (qn, kn) = the attention weights of those queries and keys, from the kept lse.
-  void weights(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
-               const T* q, const T* k, T* p, T* pack) const {
+  /// The attention weights (qn, kn) of those queries and keys: the kept ones, or
+  /// recomputed into p from the kept lse. Returns where they are.
+  const T* weights(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
+                   const T* q, const T* k, T* p, T* pack) const {
+    if (keep_p) return kept_p.data() + (i * heads + h) * lq * lk + r0 * kend[i];  // c0 = 0, kn = kend[i]
     scores(i, h, r0, qn, c0, kn, q, k, p, pack);
     const T* lse_row = lse.data() + (i * heads + h) * lq + r0;
     for (std::size_t r = 0; r < qn; ++r) simd::exp_shifted(p + r * kn, kn, lse_row[r]);
+    return p;
   }
 
   /// ds = p (dp - D) on unmasked scores, 0 on masked ones (their score is a constant).
@@ -224,9 +239,9 @@ struct AttentionOp final : Op<T> {
           for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
             const std::size_t kn = std::min(kb, kend[i] - c0);
             const T beta_k = r0 == 0 ? T(0) : T(1);  // keys: the first query block writes, later ones add
-            weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+            const T* pw = weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
             if (g[2])
-              simd::gemm_small<T>(true, false, kn, dv, qn, T(1), p.data(), kn, gob, ldv(),
+              simd::gemm_small<T>(true, false, kn, dv, qn, T(1), pw, kn, gob, ldv(),
                                     fresh[2] ? beta_k : T(1), g[2] + (i * lk + c0) * ldv() + h * dv, ldv(), pack);
             if (!g[0] && !g[1]) continue;
             T* gq = g[0] ? g[0] + (i * lq + r0) * ldq() + h * dk : nullptr;
@@ -238,7 +253,7 @@ struct AttentionOp final : Op<T> {
             }
             simd::gemm_small<T>(false, true, qn, kn, dv, T(1), gob, ldv(), v + (i * lk + c0) * ldv() + h * dv,
                                   ldv(), T(0), ds.data(), kn, pack);
-            score_grad(i, c0, qn, kn, p.data(), dd.data(), ds.data());
+            score_grad(i, c0, qn, kn, pw, dd.data(), ds.data());
             if (gq)
               simd::gemm_small<T>(false, false, qn, dk, kn, scale, ds.data(), kn, k + (i * lk + c0) * ldq() + h * dk,
                                     ldq(), fresh[0] && c0 == 0 ? T(0) : T(1), gq, ldq(), pack);
@@ -279,7 +294,7 @@ struct AttentionOp final : Op<T> {
             std::fill_n(c.data(), qn, T(0));
             for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
               const std::size_t kn = std::min(kb, kend[i] - c0);
-              weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+              const T* pw = weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
               const T* vb = v + (i * lk + c0) * ldv() + h * dv;
               bool any = false;  // s_dot nonzero somewhere
               if (!uniform[i] && (qd || kd)) {
@@ -295,7 +310,7 @@ struct AttentionOp final : Op<T> {
                 for (std::size_t rr = 0; rr < qn; ++rr) {  // P s_dot, and its row sums
                   T sum = 0;
                   for (std::size_t j = 0; j < kn; ++j) {
-                    sd[rr * kn + j] *= p[rr * kn + j];
+                    sd[rr * kn + j] *= pw[rr * kn + j];
                     sum += sd[rr * kn + j];
                   }
                   c[rr] += sum;
@@ -305,7 +320,7 @@ struct AttentionOp final : Op<T> {
                 any = true;
               }
               if (vd)
-                simd::gemm_small<T>(false, false, qn, dv, kn, T(1), p.data(), kn,
+                simd::gemm_small<T>(false, false, qn, dv, kn, T(1), pw, kn,
                                       vd + (i * lk + c0) * ldv() + h * dv, ldv(), c0 == 0 && !any ? T(0) : T(1), rb,
                                       ldv(), pack);
               else if (c0 == 0 && !any)

@@ -103,17 +103,24 @@ TEST_CASE("fused attention: the same values, cotangents and tangents as the comp
     std::size_t b, lq, lk, heads, dk, dv;
     std::vector<std::vector<int>> mask;
   };
-  // 300 and 520 keys: more than one block of queries and keys (blocks of at most 256),
+  // 300 and 520 keys: more than one block of queries and keys (blocks of at most 256; the
+  // weights are recomputed from the log-sum-exp),
   // with masked keys inside the later blocks and a first block masked whole for one sample
   std::vector<int> long_row(520, 0), masked_first(520, 0);
   for (std::size_t j = 400; j < 520; ++j) long_row[j] = 1;
   for (std::size_t j = 0; j < 270; ++j) masked_first[j] = 1;
   long_row[300] = 1;
+  std::vector<int> padded_40(40, 0);
+  for (std::size_t j = 25; j < 40; ++j) padded_40[j] = 1;
+  padded_40[3] = 1;
   const std::vector<Case> cases{
       {2, 5, 5, 2, 3, 3, {}},
       {3, 4, 6, 2, 2, 3, {{0, 0, 0, 1, 1, 1}, {1, 0, 1, 0, 0, 0}, {1, 1, 1, 1, 1, 1}}},
       {1, 300, 300, 1, 4, 2, {}},
       {2, 7, 520, 2, 2, 2, {long_row, masked_first}},
+      // 300 queries against 40 keys: the weights are kept (one key block), over two query blocks,
+      // for samples whose padding differs
+      {2, 300, 40, 2, 2, 2, {std::vector<int>(40, 0), padded_40}},
   };
   for (const auto& c : cases) {
     CAPTURE(c.lq);
