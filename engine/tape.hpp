@@ -53,6 +53,9 @@ struct ParamUse {
   // elementwise: for each element of one output row (every axis but 0), the
   // parameter's element it reads; null when the parameter varies along axis 0
   std::shared_ptr<const std::vector<std::uint32_t>> row_index;
+  // elementwise: q when row_index[e] is e mod q for every e (q the parameter's size:
+  // a gain over the last axis, a table over the last two), else 0
+  std::size_t row_period = 0;
   bool negated = false;  // elementwise: y = x - w
 };
 

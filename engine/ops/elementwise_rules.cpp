@@ -118,6 +118,19 @@ class ElementwiseRule final : public PerSampleRule<T> {
     if (v.use->negated) c = -c;
     const T* delta = v.delta + i * block;
     const T* x = v.a ? v.a + i * block : nullptr;
+    if (const std::size_t q = v.use->row_period) {  // g[e mod q] += ...: runs of q in order, no gather
+      for (std::size_t e0 = 0; e0 < block; e0 += q) {
+        const T* __restrict dr = delta + e0;
+        T* __restrict gr = g;
+        if (x) {
+          const T* __restrict xr = x + e0;
+          for (std::size_t e = 0; e < q; ++e) gr[e] += c * dr[e] * xr[e];
+        } else {
+          for (std::size_t e = 0; e < q; ++e) gr[e] += c * dr[e];
+        }
+      }
+      return;
+    }
     for (std::size_t r = 0; r < rows; ++r, delta += m) {
       if (x) {
         for (std::size_t e = 0; e < m; ++e) g[index[e]] += c * delta[e] * x[e];
@@ -155,6 +168,13 @@ ParamUse<T>* record_elementwise_use(TapeT<T>& tape, const std::shared_ptr<Node<T
     u->row_index = moved_row_index(ps, out, moved, where.count);
   } else {
     u->row_index = row_index(ps, out);
+  }
+  if (u->row_index) {  // the common layout: a row reads the parameter whole, over and over
+    const std::vector<std::uint32_t>& index = *u->row_index;
+    const std::size_t q = numel(ps);
+    bool periodic = q > 0 && index.size() % q == 0;
+    for (std::size_t e = 0; periodic && e < index.size(); ++e) periodic = index[e] == e % q;
+    u->row_period = periodic ? q : 0;
   }
   if (multiplies) {
     if (os == out && moved.identity) {
