@@ -155,7 +155,9 @@ template <class T>
 ArrayT<T> PerSampleGradients<T>::norms_squared() const {
   profile::Scope timed("per-sample norms");
   ArrayT<T> r = ArrayT<T>::from_shape({batch});
-  if (sparse) {
+  if (sq_norms.size() == batch) {
+    std::copy(sq_norms.begin(), sq_norms.end(), r.begin());
+  } else if (sparse) {
     const std::size_t p = param_shape.back();
     for (std::size_t i = 0; i < batch; ++i)
       r.data()[i] = sq_norm(rows.data() + offsets[i] * p, (offsets[i + 1] - offsets[i]) * p);
@@ -273,6 +275,7 @@ PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, st
   Shape s{batch};
   s.insert(s.end(), r.param_shape.begin(), r.param_shape.end());
   r.dense = ArrayT<T>::from_shape(s);  // every G_i is overwritten whole
+  r.sq_norms.resize(batch);
   const std::size_t block = numel(r.param_shape);
   T* dense = r.dense.data();
   for_samples(batch, [&](std::size_t i0, std::size_t i1) {
@@ -280,6 +283,7 @@ PerSampleGradients<T> materialise_per_sample_gradients(const ParamUses<T>& g, st
     for (std::size_t i = i0; i < i1; ++i) {
       if (parts.size() == 1) parts[0].rule->gradient(parts[0].vs, i, batch, parts[0].d, parts[0].p, dense + i * block);
       else mixed_gradient(parts, i, batch, block, dense + i * block, scratch);
+      r.sq_norms[i] = sq_norm(dense + i * block, block);  // while G_i is still in cache
     }
   });
   return r;

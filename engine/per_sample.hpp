@@ -33,6 +33,7 @@ struct PerSampleGradients {
   std::vector<std::size_t> offsets;   // sparse, (B + 1): sample i holds rows [offsets[i], offsets[i + 1])
   std::vector<std::int32_t> row_ids;  // sparse, (R): the table row of each stored row
   std::vector<T> rows;                // sparse, (R, p): G_i restricted to its rows
+  std::vector<T> sq_norms;            // (B) when filled: ||G_i||^2, taken as each G_i was built
 
   /// ||G_i||^2: (B).
   ArrayT<T> norms_squared() const;
