@@ -52,7 +52,8 @@ void TapeT<T>::record(std::unique_ptr<Op<T>> op, std::vector<std::shared_ptr<Nod
 
 template <class T>
 ParamUse<T>* TapeT<T>::add_use(const std::shared_ptr<Node<T>>& param, UseKind kind) {
-  use_store_.push_back(ParamUse<T>{kind, nullptr, nullptr, nullptr, {}, "", {}});
+  use_store_.push_back(ParamUse<T>{});  // every field at its default, then the kind
+  use_store_.back().kind = kind;
   ParamUse<T>* use = &use_store_.back();
   auto it = group_of_.find(param.get());
   if (it == group_of_.end()) {

@@ -147,8 +147,6 @@ ArrayT<T> expand(const ArrayT<T>& x, const Shape& shape) {
   return r;
 }
 
-
-
 /// Tangents x_dot (k, ...xs) broadcast to (k, ...out): a new leading axis stays in front.
 template <class T>
 ArrayT<T> broadcast_tangent(const ArrayT<T>& x_dot, const Shape& out) {

@@ -72,22 +72,12 @@ struct Kernels {
   /// out = x Phi(x) (GELU) or, with `derivative`, Phi(x) + x phi(x), over [0, n).
   template <class T>
   static void gelu(const T* a, T* out, std::size_t n, bool derivative) {
-    constexpr T r2 = T(std::numbers::sqrt2 / 2), inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-    const V<T> half(T(0.5)), vr2(r2), vphi(inv_sqrt_2pi), mhalf(T(-0.5));
-    std::size_t i = 0;
-    for (; i + V<T>::size <= n; i += V<T>::size) {
-      const V<T> x = V<T>::load_unaligned(a + i);
-      const V<T> cdf = half * xsimd::erfc(-x * vr2);
-      if (derivative) (cdf + x * xsimd::exp(mhalf * x * x) * vphi).store_unaligned(out + i);
-      else (x * cdf).store_unaligned(out + i);
-    }
-    for (; i < n; ++i) {
-      const T cdf = T(0.5) * std::erfc(-a[i] * r2);
-      out[i] = derivative ? cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi : a[i] * cdf;
-    }
+    if (derivative) gelu_slope(a, static_cast<T*>(nullptr), out, n);
+    else gelu_slope(a, out, static_cast<T*>(nullptr), n);
   }
 
-  /// out = x Phi(x) and d = Phi(x) + x phi(x) (GELU and its slope) over [0, n), in one pass.
+  /// GELU over [0, n) in one pass: out = x Phi(x) unless out is null, and its slope
+  /// d = Phi(x) + x phi(x) unless d is null, both from one erfc.
   template <class T>
   static void gelu_slope(const T* a, T* out, T* d, std::size_t n) {
     constexpr T r2 = T(std::numbers::sqrt2 / 2), inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
@@ -96,13 +86,13 @@ struct Kernels {
     for (; i + V<T>::size <= n; i += V<T>::size) {
       const V<T> x = V<T>::load_unaligned(a + i);
       const V<T> cdf = half * xsimd::erfc(-x * vr2);
-      (x * cdf).store_unaligned(out + i);
-      (cdf + x * xsimd::exp(mhalf * x * x) * vphi).store_unaligned(d + i);
+      if (out) (x * cdf).store_unaligned(out + i);
+      if (d) (cdf + x * xsimd::exp(mhalf * x * x) * vphi).store_unaligned(d + i);
     }
     for (; i < n; ++i) {
       const T cdf = T(0.5) * std::erfc(-a[i] * r2);
-      out[i] = a[i] * cdf;
-      d[i] = cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi;
+      if (out) out[i] = a[i] * cdf;
+      if (d) d[i] = cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi;
     }
   }
 
