@@ -38,7 +38,7 @@ using detail::broadcast_tangent;
 using detail::unbroadcast;
 using detail::expand;
 
-enum class Binary { add, sub, mul, div };
+using Binary = simd::Arith;  // the kernels' own list of the four operations
 
 // Elementwise kernels split across the engine's threads in pieces of at least this many values.
 constexpr std::size_t kElementGrain = 1 << 15;
@@ -63,12 +63,8 @@ struct BinaryOp final : Op<T> {
 
   /// r[i] = a[i] op b[i] over [0, n), in parallel pieces.
   void combine(const T* a, const T* b, T* r, std::size_t n) const {
-    const simd::Arith op = kind == Binary::add ? simd::Arith::add
-                           : kind == Binary::sub ? simd::Arith::sub
-                           : kind == Binary::mul ? simd::Arith::mul
-                                                 : simd::Arith::div;
     parallel::for_range(n, kElementGrain, [&](std::size_t i0, std::size_t i1) {
-      simd::combine(a + i0, b + i0, r + i0, i1 - i0, op);
+      simd::combine(a + i0, b + i0, r + i0, i1 - i0, kind);
     });
   }
 

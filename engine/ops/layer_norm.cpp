@@ -99,14 +99,17 @@ struct LayerNormOp final : Op<T> {
         for (std::size_t r = r0; r < r1; ++r) {
           normalised_row(px, r, xh.data());
           const T* dr = pd + r * d;
-          if (g) for (std::size_t j = 0; j < d; ++j) u[j] = dr[j] * g[j];
-          else std::copy_n(dr, d, u.data());
-          const T mu = simd::sum(u.data(), d) / T(d), mux = simd::dot(u.data(), xh.data(), d) / T(d), s = rstd[r];
+          const T* ur = dr;  // u = dy gain, or dy itself without a gain
+          if (g) {
+            for (std::size_t j = 0; j < d; ++j) u[j] = dr[j] * g[j];
+            ur = u.data();
+          }
+          const T mu = simd::sum(ur, d) / T(d), mux = simd::dot(ur, xh.data(), d) / T(d), s = rstd[r];
           T* gr = pg + r * d;
           if (fresh)
-            for (std::size_t j = 0; j < d; ++j) gr[j] = s * (u[j] - mu - xh[j] * mux);
+            for (std::size_t j = 0; j < d; ++j) gr[j] = s * (ur[j] - mu - xh[j] * mux);
           else
-            for (std::size_t j = 0; j < d; ++j) gr[j] += s * (u[j] - mu - xh[j] * mux);
+            for (std::size_t j = 0; j < d; ++j) gr[j] += s * (ur[j] - mu - xh[j] * mux);
         }
       });
     }
