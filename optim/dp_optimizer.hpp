@@ -79,9 +79,9 @@ struct DPConfig {
   /// rank applies the same noised sum. `noise_rng` should then be the same stream
   /// on every rank (share_generator) for results that do not depend on the number
   /// of ranks; privacy needs only that each is secure. Null: one process, no messages.
-  std::shared_ptr<Communicator> communicator;
+  std::shared_ptr<Communicator> communicator{};
   /// Adaptive quantile clipping (clip_norm is then the first step's C); unset: C fixed.
-  std::optional<AdaptiveClipping> adaptive;
+  std::optional<AdaptiveClipping> adaptive{};
   /// A parameter whose magnitude exceeds this after a step, or that is not
   /// finite, stops the run with a DivergedError (infinity: only non-finite ones).
   double max_parameter = 1e6;
