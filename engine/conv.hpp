@@ -81,12 +81,22 @@ template <class T>
 TensorT<T> conv2d_direct(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>& b, std::size_t kernel_h,
                          std::size_t kernel_w, std::size_t stride_h, std::size_t stride_w, Pad2d pad = {});
 
-/// True when `automatic` takes the direct route for a kernel of `patch` =
-/// kh*kw*C rows and `cout` columns over `positions` = Ho*Wo outputs: G_i at
-/// most an eighth of what a sample's patches and output gradients hold
-/// (gradient_at_most), and W within 2^14 values so that the kernels' working
-/// set stays in cache. cnn26k's conv1 (64 x 16 over 196
-/// positions) qualifies; its conv2 (256 x 32 over 25) does not.
+/// True when a kernel of `patch` = kh*kw*C rows and `cout` columns over
+/// `positions` = Ho*Wo outputs suits the direct route: G_i at most an eighth of
+/// what a sample's patches and output gradients hold (gradient_at_most), and W
+/// within 2^14 values so that the kernels' working set stays in cache.
+/// cnn26k's conv1 (64 x 16 over 196 positions) fits; its conv2 (256 x 32 over
+/// 25) does not.
+bool direct_conv_fits(std::size_t patch, std::size_t cout, std::size_t positions);
+
+/// The width in bytes of the vectors conv2d_direct's kernels were compiled for:
+/// 64 with AVX-512, 32 with AVX, 16 otherwise (the portable build's baseline).
+std::size_t direct_conv_vector_bytes();
+
+/// True when `automatic` takes the direct route: the kernel fits
+/// (direct_conv_fits) and the direct kernels were compiled for vectors of 32
+/// bytes or more; below that, patches and OpenBLAS are faster
+/// (docs/per-sample.md, "Convolutions: two routes").
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions);
 
 /// Max over 'valid' windows: x (B, H, W, C) -> (B, Ho, Wo, C), channel by channel.

@@ -24,22 +24,34 @@ namespace {
 using detail::ConvGeom;
 using detail::shape_str;
 
-// One 64-byte vector of T (GCC's vector extension: AVX-512 registers where the
-// target has them, pairs or quads of narrower ones elsewhere).
+// One vector register of T (GCC's vector extension) as wide as the build's
+// target has: 64 bytes with AVX-512, 32 with AVX, 16 otherwise. The kernels below
+// keep up to 8 (output) or 16 (dW, with AVX-512) such vectors in registers;
+// vectors wider than the registers would spill (docs/per-sample.md,
+// "Convolutions: two routes").
+#if defined(__AVX512F__)
+constexpr std::size_t kVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr std::size_t kVectorBytes = 32;
+#else
+constexpr std::size_t kVectorBytes = 16;
+#endif
 template <class T>
 struct Simd;
 template <>
 struct Simd<float> {
-  typedef float type __attribute__((vector_size(64)));
+  typedef float type __attribute__((vector_size(kVectorBytes)));
 };
 template <>
 struct Simd<double> {
-  typedef double type __attribute__((vector_size(64)));
+  typedef double type __attribute__((vector_size(kVectorBytes)));
 };
 template <class T>
 using Vec = typename Simd<T>::type;
 template <class T>
-constexpr std::size_t kLanes = 64 / sizeof(T);
+constexpr std::size_t kLanes = kVectorBytes / sizeof(T);
+// dW's rows of g summed at once: 16 vectors need AVX-512's 32 registers
+constexpr std::size_t kGradRows = kVectorBytes == 64 ? 16 : 8;
 
 /// out[r, :L] = init (or out itself when accumulating) + sum_e rows[r, e] w[e, :L]
 /// for R patch rows (d values each) and one vector of L output channels.
@@ -106,7 +118,7 @@ void block_weight_grad(const T* rows, std::size_t nq, std::size_t d, const T* do
   std::size_t c0 = 0;
   for (; c0 + L <= p; c0 += L) {
     std::size_t e = 0;
-    for (; e + 16 <= d; e += 16) rows_t_dout<16>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
+    for (; e + kGradRows <= d; e += kGradRows) rows_t_dout<kGradRows>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
     for (; e + 4 <= d; e += 4) rows_t_dout<4>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
     for (; e < d; ++e) rows_t_dout<1>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
   }
@@ -270,8 +282,16 @@ struct DirectConvOp final : Op<T> {
 
 }  // namespace
 
-bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions) {
+bool direct_conv_fits(std::size_t patch, std::size_t cout, std::size_t positions) {
   return gradient_at_most(8, patch, cout, positions) && patch * cout <= (std::size_t(1) << 14);
+}
+
+std::size_t direct_conv_vector_bytes() { return kVectorBytes; }
+
+bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions) {
+  // with 16-byte vectors (the portable build's baseline) the patches route, on
+  // OpenBLAS's run-time kernels, was faster (docs/per-sample.md, "Convolutions: two routes")
+  return kVectorBytes >= 32 && direct_conv_fits(patch, cout, positions);
 }
 
 template <class T>

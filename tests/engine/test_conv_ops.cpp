@@ -225,18 +225,25 @@ TEST_CASE("conv2d: both routes' gradient checks with respect to x, W and b") {
   }
 }
 
-TEST_CASE("conv2d: the automatic route is direct where a sample's kernel gradient is small") {
-  CHECK(direct_conv_pays(64, 16, 196));     // cnn26k's conv1: 8x8x1 -> 16 over 14x14 positions
-  CHECK_FALSE(direct_conv_pays(256, 32, 25));  // cnn26k's conv2: 4x4x16 -> 32 over 5x5
-  CHECK_FALSE(direct_conv_pays(64, 16, 1));  // one position: G_i is the whole patch times delta
-  CHECK_FALSE(direct_conv_pays(1024, 64, 1u << 20));  // W beyond 2^14 values
+TEST_CASE("conv2d: the automatic route is direct where a sample's kernel gradient is small and the kernels vectorised") {
+  CHECK(direct_conv_fits(64, 16, 196));     // cnn26k's conv1: 8x8x1 -> 16 over 14x14 positions
+  CHECK_FALSE(direct_conv_fits(256, 32, 25));  // cnn26k's conv2: 4x4x16 -> 32 over 5x5
+  CHECK_FALSE(direct_conv_fits(64, 16, 1));  // one position: G_i is the whole patch times delta
+  CHECK_FALSE(direct_conv_fits(1024, 64, 1u << 20));  // W beyond 2^14 values
+  const std::size_t bytes = direct_conv_vector_bytes();
+  CHECK((bytes == 16 || bytes == 32 || bytes == 64));
+  const bool wide = bytes >= 32;  // the portable build's 16-byte kernels leave conv1 to patches
+  CHECK(direct_conv_pays(64, 16, 196) == wide);
+  CHECK_FALSE(direct_conv_pays(256, 32, 25));
   FastRng rng(37);
   A x = randn<double>({2, 28, 28, 1}, rng), w = randn<double>({64, 16}, rng);
   TapeT<double> tape;
   RecordScope<double> scope(tape);
-  D y = conv2d(D(x), make_parameter<double>("w", w), D{}, 8, 8, 2, 2, Pad2d{3, 3, 3, 3});
-  REQUIRE(tape.size() == 1);  // one op, no im2col
+  D wp = make_parameter<double>("w", w);
+  D y = conv2d(D(x), wp, D{}, 8, 8, 2, 2, Pad2d{3, 3, 3, 3});
   CHECK(y.shape() == Shape{2, 14, 14, 16});
+  REQUIRE(tape.ops_reading(wp.node()).size() == 1);
+  CHECK(tape.ops_reading(wp.node())[0] == (wide ? "conv2d_direct" : "linear"));  // linear: over im2col's patches
 }
 
 TEST_CASE("conv2d_direct: its conv use gives each example's gradient, views of an example summed") {
