@@ -313,16 +313,23 @@ std::string target_verdict(const SpeedRow& r) {
   return v;
 }
 
-/// What users would pick instead, measured with 2 threads at batch 256 (PyTorch
-/// 1.13 + Opacus 1.4, synthetic data, medians; the figures, not measured
-/// by this program): non-private and DP-SGD ms/step, peak RSS MB.
+/// What users would pick instead, at batch 256 with 2 threads (PyTorch 1.13,
+/// Opacus 1.4 with its hooks; synthetic data, medians): the non-private and the
+/// DP-SGD step, ms, as a range over the runs, and peak RSS MB (the smaller).
 struct PeerFigures {
   const char* model;
   double none_lo, none_hi, dp_lo, dp_hi, none_mb, dp_mb;
 };
+// Measured by bench/peers.py --model cnn26k,bilstm598k --steps 7 (PyTorch from
+// Debian, Opacus v1.4.0 from source, OpenBLAS single-threaded) on 2026-11-27,
+// twice, alternated with dpgrad-bench's own rows of the same models. (The figures
+// quoted before, 15 and 42 ms for cnn26k, were the first round's, on an AVX-512
+// machine of this kind.)
+constexpr const char* kPeersMeasured =
+    "bench/peers.py on this machine kind (AMD EPYC, 2 cores, AVX2), 2026-11-27, two runs alternated with dpgrad-bench";
 constexpr PeerFigures kPeers[] = {
-    {"cnn26k", 15, 15, 42, 42, NAN, NAN},
-    {"bilstm598k", 470, 640, 2200, 3000, 800, 2000},
+    {"cnn26k", 36.6, 42.1, 65.8, 76.3, 272, 353},
+    {"bilstm598k", 498.7, 561.6, 3094.1, 3125.6, 535, 1756},
 };
 
 /// Our rows beside the peer figures, with the targets: a non-private step faster
@@ -341,8 +348,9 @@ std::string peer_comparison(const SpeedBlock& b) {
   }
   auto range = [](double lo, double hi) { return lo == hi ? fmt::format("{:g}", lo) : fmt::format("{:g}-{:g}", lo, hi); };
   std::string md = fmt::format(
-      "\nAgainst PyTorch 1.13 + Opacus 1.4 (figures measured with 2 threads at batch 256 on this machine kind, "
-      "quoted, not re-measured by this program):\n\n| | PyTorch / Opacus | dpgrad | target |\n|---|---:|---:|---|\n");
+      "\nAgainst PyTorch 1.13 + Opacus 1.4 with 2 threads at batch 256 ({}; quoted, not re-measured by this "
+      "program):\n\n| | PyTorch / Opacus | dpgrad | target |\n|---|---:|---:|---|\n",
+      kPeersMeasured);
   if (none)
     md += fmt::format("| non-private ms/step | {} | {:.1f} | faster: {} |\n", range(peer->none_lo, peer->none_hi), none->ms,
                       none->ms < peer->none_lo ? "ok" : "MISSED");
@@ -365,13 +373,13 @@ struct TransformerPeer {
   std::size_t batch;
   double torch_ms, opacus_ms, torch_mb, opacus_mb;
 };
-// Measured by bench/peers_transformer.py (PyTorch 1.13 from Debian, Opacus v1.4.0
+// Measured by bench/peers.py (PyTorch 1.13 from Debian, Opacus v1.4.0
 // from source, 2 threads, OpenBLAS single-threaded, 7 timed steps) on 2026-11-27,
 // twice, interleaved with dpgrad-bench's own transformer rows; the faster of the
 // two runs' medians and the smaller peak RSS: the peers' best.
 constexpr const char* kTransformerPeersMeasured =
     "PyTorch 1.13 and Opacus 1.4.0 on this machine kind (AMD EPYC, 2 cores), 2026-11-27, the faster of two runs of "
-    "bench/peers_transformer.py alternated with dpgrad-bench";
+    "bench/peers.py alternated with dpgrad-bench";
 const std::vector<TransformerPeer> kTransformerPeers{{64, 284.4, 567.8, 476, 739}, {256, 1502.7, 2985.1, 1030, 1865}};
 
 /// The transformer's side-by-side table over every batch measured, with the
