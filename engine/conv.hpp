@@ -89,14 +89,16 @@ TensorT<T> conv2d_direct(const TensorT<T>& x, const TensorT<T>& w, const TensorT
 /// 25) does not.
 bool direct_conv_fits(std::size_t patch, std::size_t cout, std::size_t positions);
 
-/// The width in bytes of the vectors conv2d_direct's kernels were compiled for:
-/// 64 with AVX-512, 32 with AVX, 16 otherwise (the portable build's baseline).
+/// The width in bytes of the vectors conv2d_direct's kernels run with: those of
+/// the engine's kernel set chosen at run time (engine/simd.hpp), 32 with AVX2, 16
+/// on the portable build's x86-64-v2 baseline (a -march=native build's baseline
+/// may be wider: 64 with AVX-512).
 std::size_t direct_conv_vector_bytes();
 
 /// True when `automatic` takes the direct route: the kernel fits
-/// (direct_conv_fits) and the direct kernels were compiled for vectors of 32
-/// bytes or more; below that, patches and OpenBLAS are faster
-/// (docs/per-sample.md, "Convolutions: two routes").
+/// (direct_conv_fits) and the direct kernels run with vectors of 32 bytes or
+/// more; below that, patches and OpenBLAS are faster (docs/per-sample.md,
+/// "Convolutions: two routes").
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions);
 
 /// Max over 'valid' windows: x (B, H, W, C) -> (B, Ho, Wo, C), channel by channel.

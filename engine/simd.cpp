@@ -96,6 +96,16 @@ template <class T>
 T centred_squares(const T* x, std::size_t n, T m) { return kernels<T>().centred_squares(x, n, m); }
 template <class T>
 void gelu_slope(const T* a, T* out, T* d, std::size_t n) { kernels<T>().gelu_slope(a, out, d, n); }
+template <class T>
+void conv_forward_block(const T* rows, std::size_t nq, std::size_t d, const T* w, std::size_t p, const T* bias,
+                        bool accumulate, T* out) {
+  kernels<T>().conv_forward_block(rows, nq, d, w, p, bias, accumulate, out);
+}
+template <class T>
+void conv_weight_grad_block(const T* rows, std::size_t nq, std::size_t d, const T* dout, std::size_t p, T* g) {
+  kernels<T>().conv_weight_grad_block(rows, nq, d, dout, p, g);
+}
+std::size_t vector_bytes() { return kernels<float>().pack_width(1) * sizeof(float); }
 
 #define DPGRAD_SIMD_INSTANTIATE(T)                                  \
   template T max(const T*, std::size_t);                            \
@@ -118,7 +128,9 @@ void gelu_slope(const T* a, T* out, T* d, std::size_t n) { kernels<T>().gelu_slo
   template T sum(const T*, std::size_t);                                                     \
   template T dot(const T*, const T*, std::size_t);                                           \
   template T centred_squares(const T*, std::size_t, T);                                      \
-  template void gelu_slope(const T*, T*, T*, std::size_t);
+  template void gelu_slope(const T*, T*, T*, std::size_t);                                   \
+  template void conv_forward_block(const T*, std::size_t, std::size_t, const T*, std::size_t, const T*, bool, T*); \
+  template void conv_weight_grad_block(const T*, std::size_t, std::size_t, const T*, std::size_t, T*);
 DPGRAD_SIMD_INSTANTIATE(float)
 DPGRAD_SIMD_INSTANTIATE(double)
 #undef DPGRAD_SIMD_INSTANTIATE

@@ -88,4 +88,15 @@ void gemm_small(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T
 template <class T>
 std::size_t gemm_pack_width(std::size_t n);
 
+/// conv2d_direct's blocks (engine/ops/conv_direct.cpp): out (nq, p) = rows (nq, d) w (d, p)
+/// + bias (null: none), or out += rows w with `accumulate`; and g (d, p) += rows^T dout.
+template <class T>
+void conv_forward_block(const T* rows, std::size_t nq, std::size_t d, const T* w, std::size_t p, const T* bias,
+                        bool accumulate, T* out);
+template <class T>
+void conv_weight_grad_block(const T* rows, std::size_t nq, std::size_t d, const T* dout, std::size_t p, T* g);
+/// The width in bytes of the vectors of the kernel set in use (16 on the x86-64-v2
+/// baseline, 32 with AVX2).
+std::size_t vector_bytes();
+
 }  // namespace dpgrad::simd

@@ -1,6 +1,7 @@
 // conv2d_direct: a convolution that never stores its patch array. Each image's
 // patches are built a block of positions at a time into a buffer that stays
-// in cache, and small register-blocked kernels multiply them with W (forward
+// in cache, and small register-blocked kernels (engine/simd.hpp's, built for the
+// baseline and for AVX2 and chosen at run time) multiply them with W (forward
 // and jvp), with the output gradient (dW, and each sample's G_i for the
 // per-sample rules) or, for dx, scatter dout W^T back onto the image.
 // Where a layer's weight is small against its positions (a first layer's 8x8
@@ -17,118 +18,13 @@
 #include "engine/ops/param_uses.hpp"
 #include "engine/parallel.hpp"
 #include "engine/per_sample.hpp"
+#include "engine/simd.hpp"
 #include "engine/tape.hpp"
 
 namespace dpgrad {
 namespace {
 using detail::ConvGeom;
 using detail::shape_str;
-
-// One vector register of T (GCC's vector extension) as wide as the build's
-// target has: 64 bytes with AVX-512, 32 with AVX, 16 otherwise. The kernels below
-// keep up to 8 (output) or 16 (dW, with AVX-512) such vectors in registers;
-// vectors wider than the registers would spill (docs/per-sample.md,
-// "Convolutions: two routes").
-#if defined(__AVX512F__)
-constexpr std::size_t kVectorBytes = 64;
-#elif defined(__AVX__)
-constexpr std::size_t kVectorBytes = 32;
-#else
-constexpr std::size_t kVectorBytes = 16;
-#endif
-template <class T>
-struct Simd;
-template <>
-struct Simd<float> {
-  typedef float type __attribute__((vector_size(kVectorBytes)));
-};
-template <>
-struct Simd<double> {
-  typedef double type __attribute__((vector_size(kVectorBytes)));
-};
-template <class T>
-using Vec = typename Simd<T>::type;
-template <class T>
-constexpr std::size_t kLanes = kVectorBytes / sizeof(T);
-// dW's rows of g summed at once: 16 vectors need AVX-512's 32 registers
-constexpr std::size_t kGradRows = kVectorBytes == 64 ? 16 : 8;
-
-/// out[r, :L] = init (or out itself when accumulating) + sum_e rows[r, e] w[e, :L]
-/// for R patch rows (d values each) and one vector of L output channels.
-template <std::size_t R, class T>
-inline void rows_times_w(const T* __restrict rows, std::size_t d, const T* __restrict w, std::size_t p,
-                         const T* __restrict init, bool accumulate, T* __restrict out) {
-  using V = Vec<T>;
-  V acc[R];
-  for (std::size_t r = 0; r < R; ++r) {
-    if (accumulate) std::memcpy(&acc[r], out + r * p, sizeof(V));
-    else if (init) std::memcpy(&acc[r], init, sizeof(V));
-    else acc[r] = V{};
-  }
-  for (std::size_t e = 0; e < d; ++e) {
-    V we;
-    std::memcpy(&we, w + e * p, sizeof(V));
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < R; ++r) acc[r] += rows[r * d + e] * we;
-  }
-  for (std::size_t r = 0; r < R; ++r) std::memcpy(out + r * p, &acc[r], sizeof(V));
-}
-
-/// out (nq, p) (+)= rows (nq, d) w (d, p) + bias: vectors of channels, 8 rows at a time.
-template <class T>
-void block_forward(const T* rows, std::size_t nq, std::size_t d, const T* w, std::size_t p, const T* bias,
-                   bool accumulate, T* out) {
-  constexpr std::size_t L = kLanes<T>;
-  std::size_t c0 = 0;
-  for (; c0 + L <= p; c0 += L) {
-    const T* init = bias ? bias + c0 : nullptr;
-    std::size_t q = 0;
-    for (; q + 8 <= nq; q += 8) rows_times_w<8>(rows + q * d, d, w + c0, p, init, accumulate, out + q * p + c0);
-    for (; q + 2 <= nq; q += 2) rows_times_w<2>(rows + q * d, d, w + c0, p, init, accumulate, out + q * p + c0);
-    for (; q < nq; ++q) rows_times_w<1>(rows + q * d, d, w + c0, p, init, accumulate, out + q * p + c0);
-  }
-  for (std::size_t q = 0; q < nq && c0 < p; ++q)  // the last p % L channels
-    for (std::size_t c = c0; c < p; ++c) {
-      T s = accumulate ? out[q * p + c] : bias ? bias[c] : T(0);
-      for (std::size_t e = 0; e < d; ++e) s += rows[q * d + e] * w[e * p + c];
-      out[q * p + c] = s;
-    }
-}
-
-/// g[e, :L] += sum_q rows[q, e] dout[q, :L] for E consecutive rows e of g.
-template <std::size_t E, class T>
-inline void rows_t_dout(const T* __restrict rows, std::size_t d, std::size_t nq, const T* __restrict dout,
-                        std::size_t p, T* __restrict g) {
-  using V = Vec<T>;
-  V acc[E];
-  for (std::size_t e = 0; e < E; ++e) std::memcpy(&acc[e], g + e * p, sizeof(V));
-  for (std::size_t q = 0; q < nq; ++q) {
-    V dv;
-    std::memcpy(&dv, dout + q * p, sizeof(V));
-#pragma GCC unroll 16
-    for (std::size_t e = 0; e < E; ++e) acc[e] += rows[q * d + e] * dv;
-  }
-  for (std::size_t e = 0; e < E; ++e) std::memcpy(g + e * p, &acc[e], sizeof(V));
-}
-
-/// g (d, p) += rows (nq, d)^T dout (nq, p).
-template <class T>
-void block_weight_grad(const T* rows, std::size_t nq, std::size_t d, const T* dout, std::size_t p, T* g) {
-  constexpr std::size_t L = kLanes<T>;
-  std::size_t c0 = 0;
-  for (; c0 + L <= p; c0 += L) {
-    std::size_t e = 0;
-    for (; e + kGradRows <= d; e += kGradRows) rows_t_dout<kGradRows>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
-    for (; e + 4 <= d; e += 4) rows_t_dout<4>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
-    for (; e < d; ++e) rows_t_dout<1>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
-  }
-  for (std::size_t e = 0; e < d && c0 < p; ++e)
-    for (std::size_t c = c0; c < p; ++c) {
-      T s = 0;
-      for (std::size_t q = 0; q < nq; ++q) s += rows[q * d + e] * dout[q * p + c];
-      g[e * p + c] += s;
-    }
-}
 
 /// Positions per block of patch rows: about 2^14 values (64 KB of floats).
 std::size_t block_positions(const ConvGeom& g) {
@@ -152,7 +48,7 @@ void conv_forward(const T* x, std::size_t images, const ConvGeom& g, const T* w,
         const std::size_t q1 = std::min(positions, q0 + blk);
         im.gather(q0, q1, rows.data());
         for (std::size_t j = 0; j < nw; ++j)
-          block_forward(rows.data(), q1 - q0, d, w + j * d * p, p, bias ? bias + j * p : nullptr, accumulate,
+          simd::conv_forward_block(rows.data(), q1 - q0, d, w + j * d * p, p, bias ? bias + j * p : nullptr, accumulate,
                         out + j * out_stride + (n * positions + q0) * p);
       }
     }
@@ -171,7 +67,7 @@ void conv_weight_grad(const T* x, std::size_t images, const ConvGeom& g, const T
     for (std::size_t q0 = 0; q0 < positions; q0 += blk) {
       const std::size_t q1 = std::min(positions, q0 + blk);
       im.gather(q0, q1, rows.data());
-      block_weight_grad(rows.data(), q1 - q0, d, dout + (n * positions + q0) * p, p, gw);
+      simd::conv_weight_grad_block(rows.data(), q1 - q0, d, dout + (n * positions + q0) * p, p, gw);
     }
   }
 }
@@ -286,12 +182,12 @@ bool direct_conv_fits(std::size_t patch, std::size_t cout, std::size_t positions
   return gradient_at_most(8, patch, cout, positions) && patch * cout <= (std::size_t(1) << 14);
 }
 
-std::size_t direct_conv_vector_bytes() { return kVectorBytes; }
+std::size_t direct_conv_vector_bytes() { return simd::vector_bytes(); }
 
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions) {
-  // with 16-byte vectors (the portable build's baseline) the patches route, on
-  // OpenBLAS's run-time kernels, was faster (docs/per-sample.md, "Convolutions: two routes")
-  return kVectorBytes >= 32 && direct_conv_fits(patch, cout, positions);
+  // with 16-byte vectors (the x86-64-v2 baseline's kernels) the patches route, on
+  // OpenBLAS's kernels for the CPU, was faster (docs/per-sample.md, "Convolutions: two routes")
+  return simd::vector_bytes() >= 32 && direct_conv_fits(patch, cout, positions);
 }
 
 template <class T>

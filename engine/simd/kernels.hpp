@@ -301,6 +301,78 @@ struct Kernels {
     }
   }
 
+  /// conv2d_direct's forward block (engine/ops/conv_direct.cpp): out (nq, p) = rows (nq,
+  /// d) w (d, p) + bias (bias null: 0), or out += rows w with `accumulate`. Vectors of
+  /// output channels, 8 rows of them summed in registers; each sum over e in order.
+  template <class T>
+  static void conv_forward_block(const T* rows, std::size_t nq, std::size_t d, const T* w, std::size_t p,
+                                 const T* bias, bool accumulate, T* out) {
+    constexpr std::size_t L = V<T>::size;
+    std::size_t c0 = 0;
+    for (; c0 + L <= p; c0 += L) {
+      const T* init = bias ? bias + c0 : nullptr;
+      std::size_t q = 0;
+      for (; q + 8 <= nq; q += 8) rows_times_w<8>(rows + q * d, d, w + c0, p, init, accumulate, out + q * p + c0);
+      for (; q + 2 <= nq; q += 2) rows_times_w<2>(rows + q * d, d, w + c0, p, init, accumulate, out + q * p + c0);
+      for (; q < nq; ++q) rows_times_w<1>(rows + q * d, d, w + c0, p, init, accumulate, out + q * p + c0);
+    }
+    for (std::size_t q = 0; q < nq && c0 < p; ++q)  // the last p % L channels
+      for (std::size_t c = c0; c < p; ++c) {
+        T s = accumulate ? out[q * p + c] : bias ? bias[c] : T(0);
+        for (std::size_t e = 0; e < d; ++e) s += rows[q * d + e] * w[e * p + c];
+        out[q * p + c] = s;
+      }
+  }
+
+  /// out[r, :L] = init (or out itself when accumulating) + sum_e rows[r, e] w[e, :L] for R rows.
+  template <std::size_t R, class T>
+  static void rows_times_w(const T* __restrict rows, std::size_t d, const T* __restrict w, std::size_t p,
+                           const T* __restrict init, bool accumulate, T* __restrict out) {
+    V<T> acc[R];
+    for (std::size_t r = 0; r < R; ++r)
+      acc[r] = accumulate ? V<T>::load_unaligned(out + r * p) : init ? V<T>::load_unaligned(init) : V<T>(T(0));
+    for (std::size_t e = 0; e < d; ++e) {
+      const V<T> we = V<T>::load_unaligned(w + e * p);
+      for (std::size_t r = 0; r < R; ++r) acc[r] = xsimd::fma(V<T>(rows[r * d + e]), we, acc[r]);
+    }
+    for (std::size_t r = 0; r < R; ++r) acc[r].store_unaligned(out + r * p);
+  }
+
+  /// conv2d_direct's weight-gradient block: g (d, p) += rows (nq, d)^T dout (nq, p).
+  /// Vectors of channels, 8 rows of g summed in registers (16 where vectors are
+  /// 64 bytes: AVX-512's 32 registers hold them); each sum over q in order.
+  template <class T>
+  static void conv_weight_grad_block(const T* rows, std::size_t nq, std::size_t d, const T* dout, std::size_t p,
+                                     T* g) {
+    constexpr std::size_t L = V<T>::size, E = sizeof(V<T>) >= 64 ? 16 : 8;
+    std::size_t c0 = 0;
+    for (; c0 + L <= p; c0 += L) {
+      std::size_t e = 0;
+      for (; e + E <= d; e += E) rows_t_dout<E>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
+      for (; e + 4 <= d; e += 4) rows_t_dout<4>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
+      for (; e < d; ++e) rows_t_dout<1>(rows + e, d, nq, dout + c0, p, g + e * p + c0);
+    }
+    for (std::size_t e = 0; e < d && c0 < p; ++e)
+      for (std::size_t c = c0; c < p; ++c) {
+        T s = 0;
+        for (std::size_t q = 0; q < nq; ++q) s += rows[q * d + e] * dout[q * p + c];
+        g[e * p + c] += s;
+      }
+  }
+
+  /// g[e, :L] += sum_q rows[q, e] dout[q, :L] for E consecutive rows e of g.
+  template <std::size_t E, class T>
+  static void rows_t_dout(const T* __restrict rows, std::size_t d, std::size_t nq, const T* __restrict dout,
+                          std::size_t p, T* __restrict g) {
+    V<T> acc[E];
+    for (std::size_t e = 0; e < E; ++e) acc[e] = V<T>::load_unaligned(g + e * p);
+    for (std::size_t q = 0; q < nq; ++q) {
+      const V<T> dv = V<T>::load_unaligned(dout + q * p);
+      for (std::size_t e = 0; e < E; ++e) acc[e] = xsimd::fma(V<T>(rows[q * d + e]), dv, acc[e]);
+    }
+    for (std::size_t e = 0; e < E; ++e) acc[e].store_unaligned(g + e * p);
+  }
+
   /// Values gemm_small's pack needs per row of op(B): n rounded up to whole vectors.
   template <class T>
   static std::size_t pack_width(std::size_t n) {
@@ -357,6 +429,8 @@ struct Table {
   T (*dot)(const T*, const T*, std::size_t);
   T (*centred_squares)(const T*, std::size_t, T);
   void (*gelu_slope)(const T*, T*, T*, std::size_t);
+  void (*conv_forward_block)(const T*, std::size_t, std::size_t, const T*, std::size_t, const T*, bool, T*);
+  void (*conv_weight_grad_block)(const T*, std::size_t, std::size_t, const T*, std::size_t, T*);
 };
 
 template <class Arch, class T>
@@ -366,7 +440,8 @@ constexpr Table<T> table_of() {
           &K::template squash<T>, &K::template scaled_into<T>, &K::template max_into<T>, &K::template add_where<T>, &K::template copy_where<T>,
           &K::template gemm_small<T>, &K::template pack_width<T>, &K::template add_rows<T>,
           &K::template tanh_slope_into<T>, &K::template combine<T>, &K::template lstm_gates_vjp<T>,
-          &K::template sum<T>, &K::template dot<T>, &K::template centred_squares<T>, &K::template gelu_slope<T>};
+          &K::template sum<T>, &K::template dot<T>, &K::template centred_squares<T>, &K::template gelu_slope<T>,
+          &K::template conv_forward_block<T>, &K::template conv_weight_grad_block<T>};
 }
 
 /// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).

@@ -232,7 +232,7 @@ TEST_CASE("conv2d: the automatic route is direct where a sample's kernel gradien
   CHECK_FALSE(direct_conv_fits(1024, 64, 1u << 20));  // W beyond 2^14 values
   const std::size_t bytes = direct_conv_vector_bytes();
   CHECK((bytes == 16 || bytes == 32 || bytes == 64));
-  const bool wide = bytes >= 32;  // the portable build's 16-byte kernels leave conv1 to patches
+  const bool wide = bytes >= 32;  // the x86-64-v2 baseline's 16-byte kernels (a CPU without AVX2) leave conv1 to patches
   CHECK(direct_conv_pays(64, 16, 196) == wide);
   CHECK_FALSE(direct_conv_pays(256, 32, 25));
   FastRng rng(37);

@@ -239,3 +239,44 @@ TEST_CASE("simd::gelu_slope gives gelu's value and its derivative in one pass, e
     }
   }
 }
+
+TEST_CASE("simd::conv_forward_block and conv_weight_grad_block equal their definitions with either kernel set") {
+  constexpr auto baseline = simd::detail::table_of<xsimd::default_arch, double>();
+  const auto values = [](std::size_t n, unsigned seed) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = double(((i + 5) * (seed * 2654435761u + 97u)) % 2003) / 1001.0 - 1.0;
+    return v;
+  };
+  for (std::size_t nq : {1, 2, 3, 9, 17})
+    for (std::size_t d : {1, 4, 5, 16, 17, 64})
+      for (std::size_t p : {1, 3, 4, 8, 16, 19, 32}) {
+        CAPTURE(nq);
+        CAPTURE(d);
+        CAPTURE(p);
+        const auto rows = values(nq * d, 1), w = values(d * p, 2), bias = values(p, 3), dout = values(nq * p, 4),
+                   start = values(nq * p, 5), g0 = values(d * p, 6);
+        for (int set = 0; set < 2; ++set) {
+          CAPTURE(set);
+          auto forward = set == 0 ? &simd::conv_forward_block<double> : baseline.conv_forward_block;
+          auto weight_grad = set == 0 ? &simd::conv_weight_grad_block<double> : baseline.conv_weight_grad_block;
+          for (int mode = 0; mode < 3; ++mode) {  // plain, with a bias, added to what out holds
+            CAPTURE(mode);
+            std::vector<double> out = start, want(nq * p);
+            for (std::size_t q = 0; q < nq; ++q)
+              for (std::size_t c = 0; c < p; ++c) {
+                double s = mode == 1 ? bias[c] : mode == 2 ? start[q * p + c] : 0.0;
+                for (std::size_t e = 0; e < d; ++e) s += rows[q * d + e] * w[e * p + c];
+                want[q * p + c] = s;
+              }
+            forward(rows.data(), nq, d, w.data(), p, mode == 1 ? bias.data() : nullptr, mode == 2, out.data());
+            for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(want[i]).epsilon(1e-12));
+          }
+          std::vector<double> g = g0, want = g0;
+          for (std::size_t e = 0; e < d; ++e)
+            for (std::size_t c = 0; c < p; ++c)
+              for (std::size_t q = 0; q < nq; ++q) want[e * p + c] += rows[q * d + e] * dout[q * p + c];
+          weight_grad(rows.data(), nq, d, dout.data(), p, g.data());
+          for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(want[i]).epsilon(1e-12));
+        }
+      }
+}

@@ -177,7 +177,7 @@ TEST_CASE("cnn26k: gradient check on one image; conv1 records a direct conv use 
       {batch.inputs}, o));
 
   // per-sample records: conv1 (64 x 16 over 196 positions) is the direct op, a conv use over the
-  // images themselves, where the direct kernels have 32-byte vectors or wider (else a matmul use
+  // images themselves, where the direct kernels run with 32-byte vectors or wider (else a matmul use
   // over its patches, 14 x 14 rows of 64 per image); conv2 (256 x 32 over 25) one matmul use with
   // (Ho, Wo) patch rows per image
   BatchT<double> two = image_batch<double>(2, rng);
