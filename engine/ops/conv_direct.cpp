@@ -8,7 +8,6 @@
 // kernel over 196 positions) this replaces im2col's pass over memory and a
 // skinny GEMM that spends its time packing.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "engine/blas.hpp"
@@ -48,8 +47,8 @@ void conv_forward(const T* x, std::size_t images, const ConvGeom& g, const T* w,
         const std::size_t q1 = std::min(positions, q0 + blk);
         im.gather(q0, q1, rows.data());
         for (std::size_t j = 0; j < nw; ++j)
-          simd::conv_forward_block(rows.data(), q1 - q0, d, w + j * d * p, p, bias ? bias + j * p : nullptr, accumulate,
-                        out + j * out_stride + (n * positions + q0) * p);
+          simd::conv_forward_block(rows.data(), q1 - q0, d, w + j * d * p, p, bias ? bias + j * p : nullptr,
+                                   accumulate, out + j * out_stride + (n * positions + q0) * p);
       }
     }
   });
@@ -187,7 +186,7 @@ std::size_t direct_conv_vector_bytes() { return simd::vector_bytes(); }
 bool direct_conv_pays(std::size_t patch, std::size_t cout, std::size_t positions) {
   // with 16-byte vectors (the x86-64-v2 baseline's kernels) the patches route, on
   // OpenBLAS's kernels for the CPU, was faster (docs/per-sample.md, "Convolutions: two routes")
-  return simd::vector_bytes() >= 32 && direct_conv_fits(patch, cout, positions);
+  return direct_conv_vector_bytes() >= 32 && direct_conv_fits(patch, cout, positions);
 }
 
 template <class T>
