@@ -247,7 +247,8 @@ void add_noise_to_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::sp
     std::unique_ptr<Rng> child = step->split();
     if (b >= first) own[b - first] = std::move(child);
   }
-  parallel::for_range(own.size(), 1, [&](std::size_t lo, std::size_t hi) {
+  // one block a piece: the blocks differ in size (a parameter's last block is short)
+  parallel::for_each_piece(own.size(), 1, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) add_grid_noise_impl(*own[i], g, blocks[first + i].data(), blocks[first + i].size());
   });
 }

@@ -22,6 +22,7 @@ namespace dpgrad::parallel {
 namespace {
 
 thread_local bool inside_piece = false;
+constexpr std::size_t kMaxPieces = 0xffff;  // a job's pieces: the ticket's 16 bits
 
 /// A spin-wait hint to the processor (x86 pause): frees the core's resources for a moment.
 inline void cpu_relax() {
@@ -58,9 +59,9 @@ class Pool {
     for (int i = 1; i < n; ++i) workers_.emplace_back([this, start] { work(start); });
   }
 
-  void run(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
+  /// Runs f over [0, n) cut into `pieces` (1 to kMaxPieces) equal contiguous pieces.
+  void run(std::size_t n, std::size_t pieces, const std::function<void(std::size_t, std::size_t)>& f) {
     std::lock_guard<std::mutex> run(run_mutex_);  // one job at a time (calls from several user threads queue)
-    const std::size_t pieces = std::min<std::size_t>(std::size_t(size_), n / std::max<std::size_t>(grain, 1));
     job_ = &f;
     n_ = n;
     pieces_ = pieces;
@@ -180,7 +181,14 @@ void set_threads(int n) {
 void for_range(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
   if (n == 0) return;
   if (inside_piece || n < 2 * std::max<std::size_t>(grain, 1) || pool().size() < 2) return f(0, n);
-  pool().run(n, grain, f);
+  pool().run(n, std::min<std::size_t>(std::size_t(pool().size()), n / std::max<std::size_t>(grain, 1)), f);
+}
+
+void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
+  if (n == 0) return;
+  const std::size_t g = std::max<std::size_t>(grain, 1);
+  if (inside_piece || n < 2 * g || pool().size() < 2) return f(0, n);
+  pool().run(n, std::min<std::size_t>(kMaxPieces, (n + g - 1) / g), f);
 }
 
 }  // namespace dpgrad::parallel

@@ -29,6 +29,13 @@ void set_threads(int n);
 /// set, or when called from inside a piece.
 void for_range(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f);
 
+/// Calls f(begin, end) on about n / grain contiguous pieces of nearly equal
+/// length that cover [0, n) (at most 65,535 pieces), each claimed by whichever
+/// thread is free next, the caller among them: for work whose items take
+/// unequal times (noise blocks of different sizes), where for_range's one piece
+/// per thread would leave a thread waiting. Same exceptions and inline cases as
+/// for_range; the pieces run in no fixed order.
+void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f);
 /// A sum over [0, n) in pieces, as for_range cuts it: f(begin, end, acc) adds
 /// its piece's share into acc, `len` values. The piece at 0 gets `out` itself;
 /// every other piece a zeroed buffer of its own, added to out afterwards in

@@ -3,6 +3,7 @@
 // the definition.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <vector>
@@ -76,6 +77,45 @@ TEST_CASE("parallel::for_range rethrows a piece's exception and stays usable; ne
   });
   CHECK(total.load() == 1000);
   CHECK_THROWS_AS(parallel::set_threads(0), std::invalid_argument);
+}
+
+TEST_CASE("parallel::for_each_piece covers every index once in pieces of at most the grain, claimed by any thread") {
+  for (int threads : {1, 2, 3}) {
+    ThreadsScope scope(threads);
+    CAPTURE(threads);
+    for (std::size_t n : {0u, 1u, 7u, 100u, 1001u, 200000u}) {
+      for (std::size_t grain : {1u, 3u, 64u}) {
+        CAPTURE(n);
+        CAPTURE(grain);
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> pieces{0}, long_pieces{0};
+        parallel::for_each_piece(n, grain, [&](std::size_t b, std::size_t e) {
+          ++pieces;
+          if (e - b > grain) ++long_pieces;
+          for (std::size_t i = b; i < e; ++i) ++hits[i];
+        });
+        int wrong = 0;
+        for (auto& h : hits) wrong += h.load() != 1;
+        CHECK(wrong == 0);
+        const bool inline_run = n == 0 || threads == 1 || n < 2 * grain;
+        const std::size_t want = n == 0 ? 0 : inline_run ? 1 : std::min<std::size_t>(0xffff, (n + grain - 1) / grain);
+        CHECK(std::size_t(pieces.load()) == want);
+        // past 65,535 pieces they grow longer than the grain; an inline run is one piece of n
+        if (!inline_run && want < 0xffff) CHECK(long_pieces.load() == 0);
+      }
+    }
+  }
+  ThreadsScope scope(2);
+  CHECK_THROWS_WITH_AS(parallel::for_each_piece(100, 1,
+                                                [](std::size_t b, std::size_t) {
+                                                  if (b == 57) throw std::runtime_error("piece 57 failed");
+                                                }),
+                       "piece 57 failed", std::runtime_error);
+  std::atomic<int> calls{0};
+  parallel::for_range(10, 1, [&](std::size_t, std::size_t) {
+    parallel::for_each_piece(100, 1, [&](std::size_t b, std::size_t e) { calls += (b == 0 && e == 100) ? 1 : 1000; });
+  });
+  CHECK(calls.load() == 2);  // inside a piece: one inline call each
 }
 
 TEST_CASE("blas::gemm split across threads equals the definition (rows, columns and inner dimension)") {
