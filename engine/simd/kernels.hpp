@@ -9,11 +9,13 @@
 // it has names of its own, and none can stand in for another at link time.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -77,9 +79,22 @@ struct Kernels {
   }
 
   /// GELU over [0, n) in one pass: out = x Phi(x) unless out is null, and its slope
-  /// d = Phi(x) + x phi(x) unless d is null, both from one erfc.
+  /// d = Phi(x) + x phi(x) unless d is null, both from one erfc (float: gelu_block).
   template <class T>
   static void gelu_slope(const T* a, T* out, T* d, std::size_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr std::size_t W = V<float>::size;
+      std::size_t i = 0;
+      for (; i + W <= n; i += W) gelu_block(V<float>::load_unaligned(a + i), out ? out + i : nullptr, d ? d + i : nullptr);
+      if (i < n) {  // the last n % W values through the same vectors, padded with zeros
+        alignas(64) float x[W] = {}, o[W], s[W];
+        std::copy(a + i, a + n, x);
+        gelu_block(V<float>::load_aligned(x), o, s);
+        if (out) std::copy(o, o + (n - i), out + i);
+        if (d) std::copy(s, s + (n - i), d + i);
+      }
+      return;
+    }
     constexpr T r2 = T(std::numbers::sqrt2 / 2), inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
     const V<T> half(T(0.5)), vr2(r2), vphi(inv_sqrt_2pi), mhalf(T(-0.5));
     std::size_t i = 0;
@@ -94,6 +109,27 @@ struct Kernels {
       if (out) out[i] = a[i] * cdf;
       if (d) d[i] = cdf + a[i] * std::exp(T(-0.5) * a[i] * a[i]) * inv_sqrt_2pi;
     }
+  }
+
+  /// gelu_slope in float, for one vector (out, d: null or W values): Phi(x) = erfc(-x / sqrt 2) / 2
+  /// from erfc(z) = t g(t) exp(-z^2), z = |x| / sqrt 2, t = 1 / (1 + z / 2), g a polynomial of
+  /// degree 10 fitted to erfcx(z) / t (relative error 1.2e-8 on [0, 1]; docs/fused-ops.md, docs/gelu_fit.py).
+  /// exp(-z^2) = exp(-x^2 / 2) is also phi's: one exp gives the value and the slope, within
+  /// 1.3e-7 (1 + |y|) of the exact ones in float.
+  static void gelu_block(V<float> x, float* out, float* d) {
+    static constexpr float g[11] = {0.28209479519f,  0.28209375381f, 0.24688457471f,  0.17531597584f,
+                                    0.093462434236f, -0.059211357256f, 0.13217704313f, -0.45497398625f,
+                                    0.49369493005f,  -0.23473359195f, 0.043195433083f};
+    using F = V<float>;
+    const F z = xsimd::abs(x) * F(float(std::numbers::sqrt2 / 2));
+    const F t = F(1.0f) / xsimd::fma(F(0.5f), z, F(1.0f));
+    F poly(g[10]);
+    for (int k = 9; k >= 0; --k) poly = xsimd::fma(poly, t, F(g[k]));
+    const F e = xsimd::exp(-(z * z));
+    const F half_erfc = F(0.5f) * t * poly * e;
+    const F cdf = xsimd::select(x < F(0.0f), half_erfc, F(1.0f) - half_erfc);
+    if (out) (x * cdf).store_unaligned(out);
+    if (d) xsimd::fma(x * e, F(float(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2)), cdf).store_unaligned(d);
   }
 
   /// out = sigmoid(a + b) (tanh with `tanh`) over [0, n); f(a) when b is null.
