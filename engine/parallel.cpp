@@ -119,9 +119,13 @@ class Pool {
 
   void work(unsigned long seen) {
     for (;;) {
-      // spin a little: the next op's job usually comes within microseconds
+      // spin a while: the next op's job usually comes within microseconds, and a wait
+      // of the caller's serial work (tape bookkeeping, allocations) runs into the
+      // milliseconds. 200,000 pauses are about 5 ms on AMD Zen 3: a worker that slept
+      // after 0.5 ms had to be woken for the next product, 4-7 ms of a transformer
+      // step's 90 spent with the caller waiting for its half
       unsigned long now = seen;
-      for (int spin = 0; spin < 20000 && (now = generation_.load(std::memory_order_acquire)) == seen; ++spin) {
+      for (int spin = 0; spin < 200000 && (now = generation_.load(std::memory_order_acquire)) == seen; ++spin) {
         if (stopping_.load(std::memory_order_relaxed)) return;
         cpu_relax();
       }

@@ -15,11 +15,14 @@
 
 namespace dpgrad::detail {
 
-/// Runs f(i0, i1) over pieces of samples on the engine's threads; each piece
-/// keeps its own scratch, and every result is written by the sample's own piece.
+/// Runs f(i0, i1) over pieces of samples on the engine's threads, about four
+/// pieces a thread, each claimed by whichever thread is free (samples' lengths and
+/// the threads' start differ); each piece keeps its own scratch, and every result
+/// is written by the sample's own piece.
 template <class F>
 inline void for_samples(std::size_t batch, F&& f) {
-  parallel::for_range(batch, 1, f);
+  const std::size_t pieces = 4 * std::size_t(parallel::threads());
+  parallel::for_each_piece(batch, std::max<std::size_t>(1, (batch + pieces - 1) / pieces), f);
 }
 
 template <class T>

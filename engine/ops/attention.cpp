@@ -62,6 +62,13 @@ struct AttentionOp final : Op<T> {
     return samples_rowwise(in, std::span<const Shape>(shapes));
   }
 
+  /// (sample, head) pairs per piece: four pieces per thread, claimed by whichever thread
+  /// is free, so that a thread that starts late or runs slower does not hold the op up.
+  std::size_t pair_grain() const {
+    const std::size_t pieces = 4 * std::size_t(parallel::threads());
+    return std::max<std::size_t>(1, (b * heads + pieces - 1) / pieces);
+  }
+
   std::size_t ldq() const { return heads * dk; }
   std::size_t ldv() const { return heads * dv; }
   /// At least every sample's key block: block_length(kend[i]) for any kend[i] <= Lk
@@ -118,7 +125,7 @@ struct AttentionOp final : Op<T> {
     const T *q = x[0]->data(), *k = x[1]->data(), *v = x[2]->data();
     T* o = out.data();
     const std::size_t qb = block_length(lq);
-    parallel::for_range(b * heads, 1, [&](std::size_t p0, std::size_t p1) {
+    parallel::for_each_piece(b * heads, pair_grain(), [&](std::size_t p0, std::size_t p1) {
       std::vector<T> s(qb * key_block_bound()), m(qb), l(qb), scratch(pack_size());
       T* pack = scratch.data();
       for (std::size_t pair = p0; pair < p1; ++pair) {
@@ -225,7 +232,7 @@ struct AttentionOp final : Op<T> {
     if (!g[0] && !g[1] && !g[2]) return;
     const T *q = x[0]->data(), *k = x[1]->data(), *v = x[2]->data(), *o = out.data(), *go = dout.data();
     const std::size_t qb = block_length(lq);
-    parallel::for_range(b * heads, 1, [&](std::size_t p0, std::size_t p1) {
+    parallel::for_each_piece(b * heads, pair_grain(), [&](std::size_t p0, std::size_t p1) {
       const std::size_t kb_max = key_block_bound();
       std::vector<T> p(qb * kb_max), ds(qb * kb_max), dd(qb), scratch(pack_size());
       T* pack = scratch.data();
@@ -282,7 +289,7 @@ struct AttentionOp final : Op<T> {
       const T* kd = dot[1] ? dot[1]->data() + t * nk : nullptr;
       const T* vd = dot[2] ? dot[2]->data() + t * nv : nullptr;
       T* rt = r.data() + t * no;
-      parallel::for_range(b * heads, 1, [&](std::size_t p0, std::size_t p1) {
+      parallel::for_each_piece(b * heads, pair_grain(), [&](std::size_t p0, std::size_t p1) {
         const std::size_t kb_max = key_block_bound();
         std::vector<T> p(qb * kb_max), sd(qb * kb_max), c(qb), scratch(pack_size());
         T* pack = scratch.data();
