@@ -374,13 +374,14 @@ struct TransformerPeer {
   double torch_ms, opacus_ms, torch_mb, opacus_mb;
 };
 // Measured by bench/peers.py (PyTorch 1.13 from Debian, Opacus v1.4.0
-// from source, 2 threads, OpenBLAS single-threaded, 7 timed steps) on 2026-11-27,
+// from source, 2 threads, OpenBLAS single-threaded, 7 timed steps) on 2026-11-28,
 // twice, interleaved with dpgrad-bench's own transformer rows; the faster of the
-// two runs' medians and the smaller peak RSS: the peers' best.
+// two runs' medians and the smaller peak RSS: the peers' best. (2026-11-27, the
+// same way: 284.4 and 567.8 ms at batch 64, 1502.7 and 2985.1 ms at 256.)
 constexpr const char* kTransformerPeersMeasured =
-    "PyTorch 1.13 and Opacus 1.4.0 on this machine kind (AMD EPYC, 2 cores), 2026-11-27, the faster of two runs of "
+    "PyTorch 1.13 and Opacus 1.4.0 on this machine kind (AMD EPYC, 2 cores), 2026-11-28, the faster of two runs of "
     "bench/peers.py alternated with dpgrad-bench";
-const std::vector<TransformerPeer> kTransformerPeers{{64, 284.4, 567.8, 476, 739}, {256, 1502.7, 2985.1, 1030, 1865}};
+const std::vector<TransformerPeer> kTransformerPeers{{64, 256.5, 500.1, 467, 755}, {256, 1399.1, 2191.6, 1039, 1872}};
 
 /// The transformer's side-by-side table over every batch measured, with the
 /// targets of the issue: a non-private step >= 1.5x faster than PyTorch's, ghost
