@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <vector>
 
@@ -37,31 +39,52 @@ std::vector<double> naive_gemm(bool ta, bool tb, std::size_t m, std::size_t n, s
         c[i * n + j] += (ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
   return c;
 }
-}  // namespace
 
-TEST_CASE("parallel::for_range covers every index exactly once, in pieces no shorter than the grain") {
+/// Runs `split` (parallel::for_range or for_each_piece) over [0, n) with `grain`:
+/// how many pieces ran, how many of them `odd(begin, end)` flagged, and how many
+/// indices were not covered exactly once.
+struct Coverage {
+  int pieces = 0, flagged = 0, wrong = 0;
+};
+template <class Odd>
+Coverage cover(void (*split)(std::size_t, std::size_t, const std::function<void(std::size_t, std::size_t)>&),
+               std::size_t n, std::size_t grain, Odd odd) {
+  std::vector<std::atomic<int>> hits(n);
+  std::atomic<int> pieces{0}, flagged{0};
+  split(n, grain, [&](std::size_t b, std::size_t e) {
+    ++pieces;
+    if (odd(b, e)) ++flagged;
+    for (std::size_t i = b; i < e; ++i) ++hits[i];
+  });
+  Coverage c{pieces.load(), flagged.load(), 0};
+  for (auto& h : hits) c.wrong += h.load() != 1;
+  return c;
+}
+
+/// f(threads, n, grain) for 1 to 3 threads and every n and grain given.
+template <class F>
+void for_each_case(std::initializer_list<std::size_t> sizes, std::initializer_list<std::size_t> grains, F f) {
   for (int threads : {1, 2, 3}) {
     ThreadsScope scope(threads);
     CAPTURE(threads);
-    for (std::size_t n : {0u, 1u, 7u, 100u, 1001u, 65536u}) {
-      for (std::size_t grain : {1u, 10u, 5000u}) {
+    for (std::size_t n : sizes)
+      for (std::size_t grain : grains) {
         CAPTURE(n);
         CAPTURE(grain);
-        std::vector<std::atomic<int>> hits(n);
-        std::atomic<int> pieces{0}, short_pieces{0};
-        parallel::for_range(n, grain, [&](std::size_t b, std::size_t e) {
-          ++pieces;
-          if (e - b < grain && e - b != n) ++short_pieces;
-          for (std::size_t i = b; i < e; ++i) ++hits[i];
-        });
-        int wrong = 0;
-        for (auto& h : hits) wrong += h.load() != 1;
-        CHECK(wrong == 0);
-        CHECK(short_pieces.load() == 0);
-        CHECK(pieces.load() <= threads);
+        f(threads, n, grain);
       }
-    }
   }
+}
+}  // namespace
+
+TEST_CASE("parallel::for_range covers every index exactly once, in pieces no shorter than the grain") {
+  for_each_case({0, 1, 7, 100, 1001, 65536}, {1, 10, 5000}, [](int threads, std::size_t n, std::size_t grain) {
+    const Coverage c = cover(&parallel::for_range, n, grain,
+                             [&](std::size_t b, std::size_t e) { return e - b < grain && e - b != n; });
+    CHECK(c.wrong == 0);
+    CHECK(c.flagged == 0);  // no piece shorter than the grain
+    CHECK(c.pieces <= threads);
+  });
 }
 
 TEST_CASE("parallel::for_range rethrows a piece's exception and stays usable; nested calls run inline") {
@@ -80,31 +103,16 @@ TEST_CASE("parallel::for_range rethrows a piece's exception and stays usable; ne
 }
 
 TEST_CASE("parallel::for_each_piece covers every index once in pieces of at most the grain, claimed by any thread") {
-  for (int threads : {1, 2, 3}) {
-    ThreadsScope scope(threads);
-    CAPTURE(threads);
-    for (std::size_t n : {0u, 1u, 7u, 100u, 1001u, 200000u}) {
-      for (std::size_t grain : {1u, 3u, 64u}) {
-        CAPTURE(n);
-        CAPTURE(grain);
-        std::vector<std::atomic<int>> hits(n);
-        std::atomic<int> pieces{0}, long_pieces{0};
-        parallel::for_each_piece(n, grain, [&](std::size_t b, std::size_t e) {
-          ++pieces;
-          if (e - b > grain) ++long_pieces;
-          for (std::size_t i = b; i < e; ++i) ++hits[i];
-        });
-        int wrong = 0;
-        for (auto& h : hits) wrong += h.load() != 1;
-        CHECK(wrong == 0);
-        const bool inline_run = n == 0 || threads == 1 || n < 2 * grain;
-        const std::size_t want = n == 0 ? 0 : inline_run ? 1 : std::min<std::size_t>(0xffff, (n + grain - 1) / grain);
-        CHECK(std::size_t(pieces.load()) == want);
-        // past 65,535 pieces they grow longer than the grain; an inline run is one piece of n
-        if (!inline_run && want < 0xffff) CHECK(long_pieces.load() == 0);
-      }
-    }
-  }
+  for_each_case({0, 1, 7, 100, 1001, 200000}, {1, 3, 64}, [](int threads, std::size_t n, std::size_t grain) {
+    const Coverage c = cover(&parallel::for_each_piece, n, grain,
+                             [&](std::size_t b, std::size_t e) { return e - b > grain; });
+    CHECK(c.wrong == 0);
+    const bool inline_run = n == 0 || threads == 1 || n < 2 * grain;
+    const std::size_t want = n == 0 ? 0 : inline_run ? 1 : std::min<std::size_t>(0xffff, (n + grain - 1) / grain);
+    CHECK(std::size_t(c.pieces) == want);
+    // past 65,535 pieces they grow longer than the grain; an inline run is one piece of n
+    if (!inline_run && want < 0xffff) CHECK(c.flagged == 0);
+  });
   ThreadsScope scope(2);
   CHECK_THROWS_WITH_AS(parallel::for_each_piece(100, 1,
                                                 [](std::size_t b, std::size_t) {
