@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/progress.hpp"
+#include "engine/runtime.hpp"
 #include "optim/audit/audit.hpp"
 #include "privacy/accountant.hpp"
 #include "programs/audit/options.hpp"
@@ -82,6 +83,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (const auto closed = refuse_closed_standard_output("dpgrad-audit")) return *closed;
+  keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {
     return finish_standard_output("dpgrad-audit", run(argc, argv));
   } catch (const std::exception& e) {

@@ -14,12 +14,13 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "data/idx.hpp"
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
-#include "data/idx.hpp"
+#include "engine/runtime.hpp"
+#include "programs/cli.hpp"
 #include "programs/logreg/logreg.hpp"
 #include "programs/logreg/options.hpp"
-#include "programs/cli.hpp"
 
 using namespace dpgrad;
 using json = nlohmann::json;
@@ -137,6 +138,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   if (const auto closed = refuse_closed_standard_output("dpgrad-logreg")) return *closed;
+  keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {
     require_single_process();
     const logreg::Parsed parsed = logreg::parse_logreg_options(argc, argv);

@@ -19,14 +19,15 @@
 #include "engine/check.hpp"
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
-#include "programs/pate/options.hpp"
-#include "programs/cli.hpp"
-#include "optim/dp_optimizer.hpp"
+#include "engine/runtime.hpp"
 #include "layers/models.hpp"
+#include "optim/dp_optimizer.hpp"
 #include "optim/pate/teachers.hpp"
 #include "optim/run/private_trainer.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/pate.hpp"
+#include "programs/cli.hpp"
+#include "programs/pate/options.hpp"
 
 using namespace dpgrad;
 
@@ -274,6 +275,7 @@ int run(const pate::Options& o) {
 
 int main(int argc, char** argv) {
   if (const auto closed = refuse_closed_standard_output("dpgrad-pate")) return *closed;
+  keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {
     require_single_process();
     const pate::Parsed parsed = pate::parse_pate_options(argc, argv);
