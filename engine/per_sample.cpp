@@ -177,11 +177,15 @@ ArrayT<T> PerSampleGradients<T>::weighted_sum(const ArrayT<T>& c) const {
     throw std::invalid_argument("weighted_sum: " + std::to_string(c.size()) + " weights for " +
                                 std::to_string(batch) + " per-sample gradients");
   ArrayT<T> out = xt::zeros<T>(param_shape);
-  if (sparse) {  // a scatter-add of c_i times sample i's rows
-    const std::size_t p = param_shape.back();
-    for (std::size_t i = 0; i < batch; ++i)
-      for (std::size_t r = offsets[i]; r < offsets[i + 1]; ++r)
-        axpy(p, c.data()[i], rows.data() + r * p, out.data() + std::size_t(row_ids[r]) * p);
+  if (sparse) {  // a scatter-add of c_i times sample i's rows: the table's rows split among the threads,
+                 // each thread adding to its own rows in sample order (the same sums as one thread)
+    const std::size_t p = param_shape.back(), table_rows = p == 0 ? 0 : out.size() / p;
+    parallel::for_range(table_rows, 256, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t i = 0; i < batch; ++i)
+        for (std::size_t r = offsets[i]; r < offsets[i + 1]; ++r)
+          if (const auto id = std::size_t(row_ids[r]); id >= lo && id < hi)
+            axpy(p, c.data()[i], rows.data() + r * p, out.data() + id * p);
+    });
   } else {  // G^T c, G (B, n): column ranges split among the threads, each coordinate summed over i in order
     const std::size_t n = out.size();
     constexpr std::size_t kColumns = 2048;  // a range of out stays in L1 while the rows of G pass

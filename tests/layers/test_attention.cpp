@@ -37,12 +37,13 @@ TransformerOptions small() {
   return o;
 }
 
-BatchT<double> sequences(std::size_t b, std::size_t len, Rng& rng) {
+/// b sequences of 1 to len tokens drawn from ids 1 to vocab - 1 (0 pads).
+BatchT<double> sequences(std::size_t b, std::size_t len, Rng& rng, std::size_t vocab = 13) {
   BatchT<double> batch;
   batch.tokens = xt::zeros<std::int32_t>({b, len});
   for (std::size_t i = 0; i < b; ++i) {
     const std::size_t n = 1 + rng.below(len);
-    for (std::size_t t = 0; t < n; ++t) batch.tokens(i, t) = std::int32_t(1 + rng.below(12));
+    for (std::size_t t = 0; t < n; ++t) batch.tokens(i, t) = std::int32_t(1 + rng.below(vocab - 1));
     batch.lengths.push_back(std::int32_t(n));
     batch.labels.push_back(std::int32_t(rng.below(3)));
     batch.ids.push_back(std::int64_t(i));
@@ -154,6 +155,24 @@ TEST_CASE("attention: every exact per-sample route agrees with the per-example l
   FastRng init(5), data(6);
   auto model = make_transformer<double>(init, small());
   const PerSampleCheck c = check_per_sample(*model, sequences(5, 6, data));
+  INFO(c.str());
+  CHECK(c.routes.size() == 4);
+  CHECK(c.agrees(1e-9));
+}
+
+TEST_CASE("attention: per-sample routes agree with the loop when the table's rows are split among threads") {
+  // 1,200 rows: the embedding's weighted sums go to two threads by row ranges (256 rows or more
+  // each), and ids 3 and 700, in every sample, fall on either side of the split
+  TransformerOptions o = small();
+  o.vocab = 1200;
+  FastRng init(15), data(16);
+  auto model = make_transformer<double>(init, o);
+  BatchT<double> batch = sequences(6, 6, data, o.vocab);
+  for (std::size_t i = 0; i < 6; ++i) {
+    batch.tokens(i, 0) = 3;
+    batch.tokens(i, std::size_t(batch.lengths[i]) - 1) = 700;
+  }
+  const PerSampleCheck c = check_per_sample(*model, batch);
   INFO(c.str());
   CHECK(c.routes.size() == 4);
   CHECK(c.agrees(1e-9));
