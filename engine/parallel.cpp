@@ -195,4 +195,9 @@ void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(s
   pool().run(n, std::min<std::size_t>(kMaxPieces, (n + g - 1) / g), f);
 }
 
+std::size_t grain_for(std::size_t n, std::size_t per_thread) {
+  const std::size_t pieces = std::max<std::size_t>(1, per_thread) * std::size_t(threads());
+  return std::max<std::size_t>(1, (n + pieces - 1) / pieces);
+}
+
 }  // namespace dpgrad::parallel

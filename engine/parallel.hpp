@@ -36,6 +36,10 @@ void for_range(std::size_t n, std::size_t grain, const std::function<void(std::s
 /// per thread would leave a thread waiting. Same exceptions and inline cases as
 /// for_range; the pieces run in no fixed order.
 void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f);
+/// The grain for for_each_piece that cuts n items into about `per_thread` pieces
+/// for each of the engine's threads (at least 1 item a piece).
+std::size_t grain_for(std::size_t n, std::size_t per_thread);
+
 /// A sum over [0, n) in pieces, as for_range cuts it: f(begin, end, acc) adds
 /// its piece's share into acc, `len` values. The piece at 0 gets `out` itself;
 /// every other piece a zeroed buffer of its own, added to out afterwards in

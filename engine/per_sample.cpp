@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/parallel.hpp"
+#include "engine/blas.hpp"
 #include "engine/per_sample_rule.hpp"
 #include "engine/runtime.hpp"
 
@@ -177,24 +177,16 @@ ArrayT<T> PerSampleGradients<T>::weighted_sum(const ArrayT<T>& c) const {
     throw std::invalid_argument("weighted_sum: " + std::to_string(c.size()) + " weights for " +
                                 std::to_string(batch) + " per-sample gradients");
   ArrayT<T> out = xt::zeros<T>(param_shape);
-  if (sparse) {  // a scatter-add of c_i times sample i's rows: the table's rows split among the threads,
-                 // each thread adding to its own rows in sample order (the same sums as one thread)
+  if (sparse) {  // a scatter-add of c_i times sample i's rows
     const std::size_t p = param_shape.back(), table_rows = p == 0 ? 0 : out.size() / p;
-    parallel::for_range(table_rows, 256, [&](std::size_t lo, std::size_t hi) {
+    detail::for_table_rows(table_rows, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t i = 0; i < batch; ++i)
         for (std::size_t r = offsets[i]; r < offsets[i + 1]; ++r)
           if (const auto id = std::size_t(row_ids[r]); id >= lo && id < hi)
             axpy(p, c.data()[i], rows.data() + r * p, out.data() + id * p);
     });
-  } else {  // G^T c, G (B, n): column ranges split among the threads, each coordinate summed over i in order
-    const std::size_t n = out.size();
-    constexpr std::size_t kColumns = 2048;  // a range of out stays in L1 while the rows of G pass
-    parallel::for_range((n + kColumns - 1) / kColumns, 1, [&](std::size_t b0, std::size_t b1) {
-      for (std::size_t j0 = b0 * kColumns; j0 < std::min(n, b1 * kColumns); j0 += kColumns) {
-        const std::size_t w = std::min(kColumns, n - j0);
-        for (std::size_t i = 0; i < batch; ++i) axpy(w, c.data()[i], dense.data() + i * n + j0, out.data() + j0);
-      }
-    });
+  } else {  // G^T c, G (B, n)
+    blas::gemv<T>(true, batch, out.size(), T(1), dense.data(), c.data(), T(0), out.data());
   }
   return out;
 }

@@ -21,8 +21,15 @@ namespace dpgrad::detail {
 /// is written by the sample's own piece.
 template <class F>
 inline void for_samples(std::size_t batch, F&& f) {
-  const std::size_t pieces = 4 * std::size_t(parallel::threads());
-  parallel::for_each_piece(batch, std::max<std::size_t>(1, (batch + pieces - 1) / pieces), f);
+  parallel::for_each_piece(batch, parallel::grain_for(batch, 4), f);
+}
+
+/// Runs f(lo, hi) over ranges of a table's rows [0, rows) on the engine's threads,
+/// for scatter-adds into the table: each range adds only to its own rows, in the
+/// order a single pass would, so the sums are the same whatever the split.
+template <class F>
+inline void for_table_rows(std::size_t rows, F&& f) {
+  parallel::for_range(rows, 256, f);
 }
 
 template <class T>

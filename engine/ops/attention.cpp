@@ -64,10 +64,7 @@ struct AttentionOp final : Op<T> {
 
   /// (sample, head) pairs per piece: four pieces per thread, claimed by whichever thread
   /// is free, so that a thread that starts late or runs slower does not hold the op up.
-  std::size_t pair_grain() const {
-    const std::size_t pieces = 4 * std::size_t(parallel::threads());
-    return std::max<std::size_t>(1, (b * heads + pieces - 1) / pieces);
-  }
+  std::size_t pair_grain() const { return parallel::grain_for(b * heads, 4); }
 
   std::size_t ldq() const { return heads * dk; }
   std::size_t ldv() const { return heads * dv; }

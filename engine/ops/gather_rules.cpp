@@ -1,6 +1,5 @@
 // Per-sample rule of gather's uses: a table whose rows a sample's ids select
 // (docs/math.md section 7); G_i is kept sparse, as the rows its ids touch.
-#include <algorithm>
 #include <stdexcept>
 
 #include "engine/per_sample_rule.hpp"
@@ -39,22 +38,6 @@ class SampleRows {
           axpy(p_, T(1), src, rows_.data() + std::size_t(s) * p_);
         }
       }
-  }
-  /// How many distinct ids sample i holds (what load(i) would keep), without its rows.
-  std::size_t distinct(std::size_t i) {
-    std::size_t n = 0;
-    for (const auto& v : vs_)
-      for (std::size_t t = 0; t < v.steps; ++t) {
-        const std::int32_t id = v.ids[i * v.steps + t];
-        if (id >= 0 && slot_[std::size_t(id)] != -2) {
-          slot_[std::size_t(id)] = -2;
-          ++n;
-        }
-      }
-    for (const auto& v : vs_)  // the marks undone
-      for (std::size_t t = 0; t < v.steps; ++t)
-        if (const std::int32_t id = v.ids[i * v.steps + t]; id >= 0) slot_[std::size_t(id)] = -1;
-    return n;
   }
   std::size_t count() const { return ids_.size(); }
   const std::vector<std::int32_t>& ids() const { return ids_; }
@@ -101,32 +84,22 @@ class GatherRule final : public PerSampleRule<T> {
   void sparse_gradients(const std::vector<UseView<T>>& vs, std::size_t batch, std::size_t d, std::size_t p,
                         PerSampleGradients<T>& r) const override {
     r.sparse = true;
-    // each sample's count of distinct ids first, then every sample's rows written in
-    // place at its offset, both split among the threads; the same rows as one pass
-    std::vector<std::size_t> counts(batch);
-    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-      SampleRows<T> rows(vs, d, p);
-      for (std::size_t i = i0; i < i1; ++i) counts[i] = rows.distinct(i);
-    });
-    r.offsets.assign(batch + 1, 0);
-    for (std::size_t i = 0; i < batch; ++i) r.offsets[i + 1] = r.offsets[i] + counts[i];
-    r.row_ids.resize(r.offsets[batch]);
-    r.rows.resize(r.offsets[batch] * p);
-    for_samples(batch, [&](std::size_t i0, std::size_t i1) {
-      SampleRows<T> rows(vs, d, p);
-      for (std::size_t i = i0; i < i1; ++i) {
-        rows.load(i);
-        if (rows.count() != counts[i]) throw std::logic_error("gather rule: a sample's rows changed between passes");
-        std::copy(rows.ids().begin(), rows.ids().end(), r.row_ids.begin() + std::ptrdiff_t(r.offsets[i]));
-        std::copy(rows.rows(), rows.rows() + rows.count() * p, r.rows.begin() + std::ptrdiff_t(r.offsets[i] * p));
-      }
-    });
+    r.offsets.assign(1, 0);
+    std::size_t positions = 0;  // an upper bound on the rows kept
+    for (const auto& v : vs) positions += batch * v.steps;
+    r.row_ids.reserve(positions);
+    r.rows.reserve(positions * p);
+    SampleRows<T> rows(vs, d, p);
+    for (std::size_t i = 0; i < batch; ++i) {
+      rows.load(i);
+      r.row_ids.insert(r.row_ids.end(), rows.ids().begin(), rows.ids().end());
+      r.rows.insert(r.rows.end(), rows.rows(), rows.rows() + rows.count() * p);
+      r.offsets.push_back(r.row_ids.size());
+    }
   }
   void weighted_sum(const std::vector<UseView<T>>& vs, const T* ci, std::size_t batch, std::size_t vocab,
                     std::size_t p, T* out) const override {
-    // the table's rows split among the threads, each adding to its own rows in the
-    // order one thread would: the same sums whatever the split
-    parallel::for_range(vocab, 256, [&](std::size_t lo, std::size_t hi) {
+    for_table_rows(vocab, [&](std::size_t lo, std::size_t hi) {
       for (const auto& v : vs)
         for (std::size_t i = 0; i < batch; ++i)
           for (std::size_t t = 0; t < v.steps; ++t) {
