@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace dpgrad::parallel {
@@ -48,6 +49,27 @@ class Pool {
   ~Pool() { stop_workers(); }
 
   int size() const { return size_; }
+
+  /// Lets idle workers run `unit` (see Background); false when another is in place or
+  /// there are no workers.
+  bool start_background(const std::function<bool()>* unit) {
+    if (size_ < 2) return false;
+    const std::function<bool()>* none = nullptr;
+    if (!background_.compare_exchange_strong(none, unit, std::memory_order_acq_rel)) return false;
+    background_error_ = nullptr;
+    return true;
+  }
+
+  /// Takes `unit` away and waits until no worker is inside it; returns what a unit threw.
+  std::exception_ptr stop_background(const std::function<bool()>* unit) {
+    const std::function<bool()>* mine = unit;
+    if (!background_.compare_exchange_strong(mine, nullptr, std::memory_order_seq_cst)) return nullptr;
+    // a worker counts itself in before it reads background_ (both sequentially
+    // consistent): once the count is 0 here, no worker holds `unit`
+    while (inside_background_.load(std::memory_order_seq_cst) != 0) cpu_relax();
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    return std::exchange(background_error_, nullptr);
+  }
 
   void resize(int n) {
     if (n < 1) throw std::invalid_argument("threads: need at least 1, got " + std::to_string(n));
@@ -117,16 +139,40 @@ class Pool {
     inside_piece = false;
   }
 
+  /// One unit of the background work, if there is one: true when it did something.
+  bool background_unit() {
+    if (background_.load(std::memory_order_relaxed) == nullptr) return false;
+    inside_background_.fetch_add(1, std::memory_order_seq_cst);
+    bool did = false;
+    if (const auto* unit = background_.load(std::memory_order_seq_cst)) {
+      try {
+        did = (*unit)();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!background_error_) background_error_ = std::current_exception();
+      }
+    }
+    inside_background_.fetch_sub(1, std::memory_order_seq_cst);
+    return did;
+  }
+
   void work(unsigned long seen) {
     for (;;) {
       // spin a while: the next op's job usually comes within microseconds, and a wait
       // of the caller's serial work (tape bookkeeping, allocations) runs into the
       // milliseconds. 200,000 pauses are about 5 ms on AMD Zen 3: a worker that slept
       // after 0.5 ms had to be woken for the next product, 4-7 ms of a transformer
-      // step's 90 spent with the caller waiting for its half
+      // step's 90 spent with the caller waiting for its half. After 800 pauses (about
+      // 20 us: most waits between one op's job and the next are shorter) the worker
+      // runs background units, if any, and spins on afresh after each
+      constexpr int kBackgroundAfter = 800;
       unsigned long now = seen;
       for (int spin = 0; spin < 200000 && (now = generation_.load(std::memory_order_acquire)) == seen; ++spin) {
         if (stopping_.load(std::memory_order_relaxed)) return;
+        if (spin >= kBackgroundAfter && background_unit()) {
+          spin = kBackgroundAfter;
+          continue;
+        }
         cpu_relax();
       }
       if (now == seen) {
@@ -163,6 +209,9 @@ class Pool {
   const std::function<void(std::size_t, std::size_t)>* job_ = nullptr;
   std::size_t n_ = 0, pieces_ = 0;
   std::exception_ptr error_;
+  std::atomic<const std::function<bool()>*> background_{nullptr};
+  std::atomic<int> inside_background_{0};
+  std::exception_ptr background_error_;
 };
 
 Pool& pool() {
@@ -193,6 +242,21 @@ void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(s
   const std::size_t g = std::max<std::size_t>(grain, 1);
   if (inside_piece || n < 2 * g || pool().size() < 2) return f(0, n);
   pool().run(n, std::min<std::size_t>(kMaxPieces, (n + g - 1) / g), f);
+}
+
+Background::Background(std::function<bool()> unit) : unit_(std::move(unit)) {
+  active_ = pool().start_background(&unit_);
+}
+
+Background::~Background() {
+  if (active_) pool().stop_background(&unit_);
+  active_ = false;
+}
+
+void Background::stop() {
+  if (!active_) return;
+  active_ = false;
+  if (std::exception_ptr e = pool().stop_background(&unit_)) std::rethrow_exception(e);
 }
 
 std::size_t grain_for(std::size_t n, std::size_t per_thread) {

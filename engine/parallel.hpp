@@ -40,6 +40,31 @@ void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(s
 /// for each of the engine's threads (at least 1 item a piece).
 std::size_t grain_for(std::size_t n, std::size_t per_thread);
 
+/// Work for the pool's idle workers (docs/training.md, "Threads"): while a Background is
+/// alive, a worker that has waited about 20 microseconds for the next job calls unit()
+/// again and again until a job comes (a job that comes waits for the unit in hand, so
+/// a unit should take tens of microseconds at most). unit() returns false when it found
+/// nothing to do; it may run on several workers at once, never on the calling thread.
+/// One Background at a time in a process: while another is alive, or with one thread,
+/// no unit runs (active() is false) and the owner does the work itself.
+class Background {
+ public:
+  /// Starts: idle workers may call `unit` from now on (if active()).
+  explicit Background(std::function<bool()> unit);
+  /// Stops: returns once no worker is inside a unit. Does not throw.
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  /// Stops as the destructor does, then rethrows the first exception a unit threw.
+  void stop();
+  /// Whether the workers may run its units.
+  bool active() const { return active_; }
+
+ private:
+  std::function<bool()> unit_;
+  bool active_ = false;
+};
+
 /// A sum over [0, n) in pieces, as for_range cuts it: f(begin, end, acc) adds
 /// its piece's share into acc, `len` values. The piece at 0 gets `out` itself;
 /// every other piece a zeroed buffer of its own, added to out afterwards in

@@ -1,13 +1,15 @@
 // The engine's thread pool and the work it splits: every index covered once,
-// errors carried back, nesting inline, and split GEMMs and bias passes equal to
-// the definition.
+// errors carried back, nesting inline, split GEMMs and bias passes equal to the
+// definition, and background work for idle workers.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <initializer_list>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "engine/blas.hpp"
@@ -181,4 +183,62 @@ TEST_CASE("linear's bias passes split across threads: every row starts as b, db 
     tape.backward(sum(mul(out, D(r))));  // dout = r
     for (std::size_t j = 0; j < p; ++j) CHECK(bt.grad()(j) == doctest::Approx(want_db[j]).epsilon(1e-12));
   }
+}
+
+namespace {
+/// Runs empty jobs (each wakes a sleeping worker) until `done()` or ten seconds pass.
+template <class Done>
+bool wake_until(Done done) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < give_up) {
+    parallel::for_range(2, 1, [](std::size_t, std::size_t) {});
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return done();
+}
+}  // namespace
+
+TEST_CASE("parallel::Background: idle workers run its units, never the caller; stop waits for them and rethrows") {
+  {
+    ThreadsScope one(1);
+    parallel::Background none([] { return true; });
+    CHECK_FALSE(none.active());  // no workers: the owner does the work itself
+  }
+  ThreadsScope scope(2);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> units{0}, on_caller{0}, inside{0};
+  {
+    parallel::Background background([&] {
+      if (std::this_thread::get_id() == caller) ++on_caller;
+      ++inside;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      --inside;
+      return ++units < 100000;
+    });
+    CHECK(background.active());
+    parallel::Background second([] { return false; });
+    CHECK_FALSE(second.active());  // one at a time
+    CHECK(wake_until([&] { return units.load() >= 20; }));
+    // jobs still run while a unit is in hand, and give the same results
+    std::atomic<long> total{0};
+    parallel::for_range(1000, 1, [&](std::size_t b, std::size_t e) { total += long(e - b); });
+    CHECK(total.load() == 1000);
+    background.stop();
+    CHECK(inside.load() == 0);  // no unit in hand once stop returns
+    const int after = units.load();
+    parallel::for_range(2, 1, [](std::size_t, std::size_t) {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(units.load() == after);  // and none after
+    parallel::Background next([] { return false; });
+    CHECK(next.active());  // the pool is free again
+  }
+  CHECK(on_caller.load() == 0);
+  std::atomic<int> tries{0};
+  parallel::Background failing([&]() -> bool {
+    ++tries;
+    throw std::runtime_error("unit failed");
+  });
+  CHECK(wake_until([&] { return tries.load() > 0; }));
+  CHECK_THROWS_WITH_AS(failing.stop(), "unit failed", std::runtime_error);
+  CHECK_NOTHROW(failing.stop());  // stopped once
 }
