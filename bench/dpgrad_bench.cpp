@@ -852,7 +852,7 @@ int run_noise_cost(const Options& o) {
     rng.fill_normal(noise.data(), p, 1.0);
     for (std::size_t i = 0; i < p; ++i) work[i] += noise[i];
   };
-  auto grid_noise = [&](Rng& rng) {  // as the DP optimizer adds it: two halves at once on large models
+  auto grid_noise = [&](Rng& rng) {  // block by block on the engine's threads, all drawn here (a step draws ahead)
     work = sum;
     add_grid_noise(rng, grid, std::vector<std::span<float>>{std::span<float>(work)});
   };
@@ -879,8 +879,9 @@ int run_noise_cost(const Options& o) {
   };
   row("seeded", old_fast, new_fast);
   row("secure", old_secure, new_secure);
-  fmt::print("  calling thread's CPU time, seeded: normal {:.1f} ns, grid {:.1f} ns per coordinate (above 16384 "
-             "coordinates the grid noise draws half of them on a second thread)\n",
+  fmt::print("  calling thread's CPU time, seeded: normal {:.1f} ns, grid {:.1f} ns per coordinate (the grid noise's "
+             "blocks of 65,536 go to whichever thread is free; a private step draws them ahead, while it computes "
+             "its sum: docs/noise.md)\n",
              median(cpu_old) * 1e6 / double(p), median(cpu_new) * 1e6 / double(p));
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>  // explicit_bzero
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <memory>
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "engine/parallel.hpp"
 #include "engine/random.hpp"
+#include "engine/simd.hpp"
 
 namespace dpgrad {
 
@@ -35,14 +37,24 @@ class Words {
   Words& operator=(const Words&) = delete;
 
   std::uint64_t next() {
-    if (pos_ == block_) [[unlikely]] {
-      rng_.fill_u64(buf_, block_);
-      pos_ = 0;
-    }
+    if (pos_ == block_) [[unlikely]] refill();
     return buf_[pos_++];
   }
+  /// The words fetched and not yet used (fetching a block when none is left): `count` of them.
+  const std::uint64_t* pending(std::size_t& count) {
+    if (pos_ == block_) refill();
+    count = block_ - pos_;
+    return buf_ + pos_;
+  }
+  /// Marks the first `count` pending words used.
+  void skip(std::size_t count) { pos_ += count; }
 
  private:
+  void refill() {
+    rng_.fill_u64(buf_, block_);
+    pos_ = 0;
+  }
+
   static constexpr std::size_t kBlock = 256;
   Rng& rng_;
   std::size_t block_, pos_;
@@ -118,11 +130,13 @@ GridNoiseSampler::GridNoiseSampler(std::uint64_t scale) : scale_(scale) {
   std::array<std::uint64_t, kColumns> rest = weight_;
   std::vector<std::uint16_t> small, large;
   for (std::size_t i = 0; i < kColumns; ++i) (rest[i] < kCapacity ? small : large).push_back(std::uint16_t(i));
+  const auto set_column = [&](std::size_t c, std::uint64_t threshold, std::uint64_t alias) {
+    column_[c] = threshold | alias << 32;
+  };
   while (!small.empty() && !large.empty()) {
     const std::uint16_t l = small.back(), g = large.back();
     small.pop_back();
-    threshold_[l] = static_cast<std::uint32_t>(rest[l]);
-    alias_[l] = g;
+    set_column(l, rest[l], g);
     rest[g] -= kCapacity - rest[l];
     if (rest[g] < kCapacity) {
       large.pop_back();
@@ -132,15 +146,15 @@ GridNoiseSampler::GridNoiseSampler(std::uint64_t scale) : scale_(scale) {
   for (const auto* left : {&small, &large})
     for (const std::uint16_t i : *left) {
       if (rest[i] != kCapacity) throw std::logic_error("GridNoiseSampler: alias table does not balance");
-      threshold_[i] = kCapacity;
-      alias_[i] = i;
+      set_column(i, kCapacity, i);
     }
 }
 
 std::uint64_t GridNoiseSampler::realised_bin_weight(std::size_t j) const {
-  std::uint64_t w = threshold_[j];
+  const auto threshold = [&](std::size_t c) { return column_[c] & 0xffffffff; };
+  std::uint64_t w = threshold(j);
   for (std::size_t i = 0; i < kColumns; ++i)
-    if (alias_[i] == j && i != j) w += kCapacity - threshold_[i];
+    if ((column_[i] >> 32) == j && i != j) w += kCapacity - threshold(i);
   return w;
 }
 
@@ -151,40 +165,54 @@ double GridNoiseSampler::acceptance(std::uint64_t m) const {
   return c * std::exp(-(static_cast<double>(o * (2 * j * kBinWidth + o)) * inv_two_s2_));
 }
 
+template <class Words>
+bool GridNoiseSampler::propose(Words& words, std::int64_t& out) const {
+  // one word proposes and decides: column (11 bits), threshold (16), sign (1), offset in
+  // the bin (20), and the first 16 bits of the uniform U of the acceptance test U < A(m)
+  const std::uint64_t p = words.next();
+  const std::uint64_t entry = column_[p >> 53];
+  const std::uint64_t j = ((p >> 37) & (kCapacity - 1)) < (entry & 0xffffffff) ? p >> 53 : entry >> 32;
+  const bool negative = (p >> 36) & 1;
+  const std::uint64_t o = (p >> 16) & (kBinWidth - 1), m = j * kBinWidth + o;
+  const auto u = static_cast<std::uint32_t>(p & 0xffff);
+  // A(m) = c_j exp(-(m^2 - (j W)^2) / (2 s^2)), halved at m = 0 (both signs
+  // give 0); m^2 - (j W)^2 = o (2 j W + o) < 2^52 is exact in double
+  const double c = m == 0 ? accept_[0] * 0.5 : accept_[j];
+  const double x = static_cast<double>(o * (2 * j * kBinWidth + o)) * inv_two_s2_;
+  // exp(-x) >= 1 - x: below that, less a margin for rounding, U is accepted
+  // without computing exp (the decision U < A(m) would be the same)
+  const double floor_a = c * ((1.0 - x) - 0x1p-40);
+  bool accept = floor_a > 0 && u < static_cast<std::uint32_t>(floor_a * 0x1p16);
+  if (!accept) {
+    // U = (u + Y) / 2^16: u below floor(A 2^16) accepts, above refuses, and
+    // equal leaves Y < A 2^16 - u, asked of fresh words (both exact in double)
+    const double t = c * std::exp(-x) * 0x1p16, whole = std::floor(t);
+    const auto w = static_cast<std::uint32_t>(whole);
+    accept = u < w || (u == w && below_dyadic(t - whole, words.next(), words));
+  }
+  if (accept) out = negative ? -static_cast<std::int64_t>(m) : static_cast<std::int64_t>(m);
+  return accept;
+}
+
 void GridNoiseSampler::fill(Rng& rng, std::int64_t* out, std::size_t n) const {
   if (n > 0 && out == nullptr) throw std::invalid_argument("GridNoiseSampler::fill: null output buffer");
   Words words(rng);
-  for (std::size_t i = 0; i < n; ++i) {
-    for (;;) {
-      // one word proposes and decides: column (11 bits), threshold (16), sign (1),
-      // offset in the bin (20), and the first 16 bits of the uniform U of the
-      // acceptance test U < A(m)
-      const std::uint64_t p = words.next();
-      const std::size_t column = p >> 53;
-      const std::uint64_t j = ((p >> 37) & (kCapacity - 1)) < threshold_[column] ? column : alias_[column];
-      const bool negative = (p >> 36) & 1;
-      const std::uint64_t o = (p >> 16) & (kBinWidth - 1), m = j * kBinWidth + o;
-      const auto u = static_cast<std::uint32_t>(p & 0xffff);
-      // A(m) = c_j exp(-(m^2 - (j W)^2) / (2 s^2)), halved at m = 0 (both signs
-      // give 0); m^2 - (j W)^2 = o (2 j W + o) < 2^52 is exact in double
-      const double c = m == 0 ? accept_[0] * 0.5 : accept_[j];
-      const double x = static_cast<double>(o * (2 * j * kBinWidth + o)) * inv_two_s2_;
-      // exp(-x) >= 1 - x: below that, less a margin for rounding, U is accepted
-      // without computing exp (the decision U < A(m) would be the same)
-      const double floor_a = c * ((1.0 - x) - 0x1p-40);
-      bool accept = floor_a > 0 && u < static_cast<std::uint32_t>(floor_a * 0x1p16);
-      if (!accept) {
-        // U = (u + Y) / 2^16: u below floor(A 2^16) accepts, above refuses, and
-        // equal leaves Y < A 2^16 - u, asked of fresh words (both exact in double)
-        const double t = c * std::exp(-x) * 0x1p16, whole = std::floor(t);
-        const auto w = static_cast<std::uint32_t>(whole);
-        accept = u < w || (u == w && below_dyadic(t - whole, words.next(), words));
-      }
-      if (accept) {
-        out[i] = negative ? -static_cast<std::int64_t>(m) : static_cast<std::int64_t>(m);
-        break;
-      }
-    }
+  fill_words(words, out, n);
+}
+
+template <class Words>
+void GridNoiseSampler::fill_words(Words& words, std::int64_t* out, std::size_t n) const {
+  for (std::size_t i = 0; i < n;) {
+    // most words are accepted by the quick test, a vector of them at a time; the first
+    // word that is not (and the few left at a block's end) go through propose, which reads
+    // the words in the same order: the values are those of propose alone
+    std::size_t count = 0;
+    const std::uint64_t* w = words.pending(count);
+    const std::size_t quick =
+        simd::grid_quick_accept(w, std::min(count, n - i), column_.data(), accept_.data(), inv_two_s2_, out + i);
+    words.skip(quick);
+    i += quick;
+    if (i < n && propose(words, out[i])) ++i;
   }
 }
 
@@ -198,8 +226,7 @@ const GridNoiseSampler& sampler_for(std::uint64_t scale) {
   return *last;
 }
 
-template <class T>
-void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
+void check_grid(const NoiseGrid& g) {
   int e = 0;
   if (!(std::isfinite(g.grid) && g.grid > 0 && std::frexp(g.grid, &e) == 0.5 && e > -1000 && e < 1000))
     throw std::invalid_argument("add_grid_noise: grid must be a power of two in [2^-1000, 2^1000], got " +
@@ -207,33 +234,70 @@ void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
   if (g.scale < kMinScale || g.scale > kMaxDiscreteGaussianScale)
     throw std::invalid_argument("add_grid_noise: scale must be a whole number in [2^24 + 1, 2^25 + 2], got " +
                                 std::to_string(g.scale));
+}
+
+/// Throws unless every x[i] / grid is finite and below 2^52 (a count the compiler
+/// vectorises, then the first offender named).
+template <class T>
+void check_values(const NoiseGrid& g, const T* x, std::size_t n) {
   if (n > 0 && x == nullptr) throw std::invalid_argument("add_grid_noise: null buffer");
   const double inverse = 1.0 / g.grid;  // exact: a power of two
   constexpr double kLimit = 0x1.0p52;
-  // every value is checked before any noise is drawn: a count the compiler vectorises, then
-  // the first offender named
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) bad += !(std::fabs(static_cast<double>(x[i]) * inverse) < kLimit);
   for (std::size_t i = 0; i < n && bad > 0; ++i)
     if (!(std::fabs(static_cast<double>(x[i]) * inverse) < kLimit))
       throw std::runtime_error("add_grid_noise: value " + std::to_string(double(x[i])) +
                                " is not finite or too large for the grid " + std::to_string(g.grid));
-  const GridNoiseSampler& sampler = sampler_for(g.scale);
-  thread_local std::vector<std::int64_t> k;
-  k.resize(n);
-  sampler.fill(rng, k.data(), n);
-  // k as a double without a scalar conversion (x86 has none for 64-bit integers before
-  // AVX-512): |k| < 2^51, so k + 1.5 2^52's bits are that double's, and subtracting
-  // 1.5 2^52 leaves k exactly. The loop vectorises.
-  static_assert(GridNoiseSampler::kCoverage * double(kMaxDiscreteGaussianScale) + 0x1p20 < 0x1p51);
-  constexpr std::int64_t kMagicBits = std::bit_cast<std::int64_t>(0x1.8p52);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double m = std::nearbyint(static_cast<double>(x[i]) * inverse);  // ties to even
-    const double kd = std::bit_cast<double>(k[i] + kMagicBits) - 0x1.8p52;
-    // m + k is an integer below 2^53: exact in double
-    x[i] = static_cast<T>((m + kd) * g.grid);
+}
+
+// |k| < 36 s + 2^20 < 2^31: a draw fits in 32 bits, whose conversion to double vectorises
+static_assert(GridNoiseSampler::kCoverage * double(kMaxDiscreteGaussianScale) + 0x1p20 < 0x1p31);
+
+/// x[i] <- grid (round(x[i] / grid) + k[i]) over [0, n): m + k is a whole number below
+/// 2^53, exact in double; round to nearest, ties to even.
+template <class T>
+void add_draws(const NoiseGrid& g, const std::int32_t* k, T* x, std::size_t n) {
+  const double inverse = 1.0 / g.grid;
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = static_cast<T>((std::nearbyint(static_cast<double>(x[i]) * inverse) + static_cast<double>(k[i])) * g.grid);
+}
+
+/// Draws of a block are made and kept this many at a time (first-level cache).
+constexpr std::size_t kPiece = 2048;
+
+/// n draws from `words` into k (32 bits each).
+void draw_into(const GridNoiseSampler& sampler, Words& words, std::int32_t* k, std::size_t n) {
+  std::int64_t wide[kPiece];
+  for (std::size_t at = 0; at < n; at += kPiece) {
+    const std::size_t len = std::min(kPiece, n - at);
+    sampler.fill_words(words, wide, len);
+    for (std::size_t i = 0; i < len; ++i) k[at + i] = static_cast<std::int32_t>(wide[i]);
   }
-  explicit_bzero(k.data(), n * sizeof(std::int64_t));
+  explicit_bzero(wide, sizeof(wide));
+}
+
+/// Noises x[0, n) (checked already) with the block's draws: k[0, drawn) made before,
+/// the rest drawn now from `words`, a piece at a time.
+template <class T>
+void noise_block(const NoiseGrid& g, Words& words, const std::int32_t* k, std::size_t drawn, T* x, std::size_t n) {
+  add_draws(g, k, x, drawn);
+  const GridNoiseSampler& sampler = sampler_for(g.scale);
+  std::int32_t piece[kPiece];
+  for (std::size_t at = drawn; at < n; at += kPiece) {
+    const std::size_t len = std::min(kPiece, n - at);
+    draw_into(sampler, words, piece, len);
+    add_draws(g, piece, x + at, len);
+  }
+  explicit_bzero(piece, sizeof(piece));
+}
+
+template <class T>
+void add_grid_noise_impl(Rng& rng, const NoiseGrid& g, T* x, std::size_t n) {
+  check_grid(g);
+  check_values(g, x, n);  // every value before any noise is drawn
+  Words words(rng);
+  noise_block(g, words, nullptr, 0, x, n);
 }
 
 template <class T>
@@ -246,44 +310,145 @@ std::vector<std::span<T>> blocks_of(const std::vector<std::span<T>>& parts) {
 }
 
 template <class T>
-void add_noise_to_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<T>>& blocks, std::size_t first,
-                         std::size_t last) {
-  if (first > last || last > blocks.size())
-    throw std::invalid_argument("add_grid_noise_blocks: blocks [" + std::to_string(first) + ", " +
-                                std::to_string(last) + ") of " + std::to_string(blocks.size()));
-  const std::unique_ptr<Rng> step = rng.split();
-  std::vector<std::unique_ptr<Rng>> own(last - first);
-  for (std::size_t b = 0; b < last; ++b) {
-    std::unique_ptr<Rng> child = step->split();
-    if (b >= first) own[b - first] = std::move(child);
-  }
-  // one block a piece: the blocks differ in size (a parameter's last block is short)
-  parallel::for_each_piece(own.size(), 1, [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t i = lo; i < hi; ++i) add_grid_noise_impl(*own[i], g, blocks[first + i].data(), blocks[first + i].size());
-  });
+std::vector<std::size_t> sizes_of(const std::vector<std::span<T>>& blocks) {
+  std::vector<std::size_t> sizes;
+  for (const auto& b : blocks) sizes.push_back(b.size());
+  return sizes;
 }
 
 }  // namespace
 
+/// One block's generator, its words and what was drawn of it ahead.
+struct NoiseAhead::Block {
+  std::unique_ptr<Rng> rng;
+  std::unique_ptr<Words> words;  // made with the first draw
+  std::size_t size = 0, drawn = 0;
+  std::vector<std::int32_t> k;  // the first `drawn` draws
+  std::atomic<bool> busy{false};  // a worker is drawing it
+  std::atomic<bool> closed{false};  // drawn to its end, or left to add()
+};
+
+NoiseAhead::NoiseAhead(Rng& rng, const NoiseGrid& g, const std::vector<std::size_t>& block_sizes, std::size_t first,
+                       std::size_t last, bool ahead, std::size_t keep)
+    : grid_(g), sizes_(block_sizes), first_(first), keep_(keep) {
+  check_grid(g);
+  if (first > last || last > block_sizes.size())
+    throw std::invalid_argument("add_grid_noise_blocks: blocks [" + std::to_string(first) + ", " +
+                                std::to_string(last) + ") of " + std::to_string(block_sizes.size()));
+  for (const std::size_t size : block_sizes)
+    if (size == 0 || size > kNoiseBlock)
+      throw std::invalid_argument("noise blocks hold 1 to " + std::to_string(kNoiseBlock) + " values, got " +
+                                  std::to_string(size));
+  // the generators, split as add_grid_noise_blocks splits them: one off rng, one per block off that
+  const std::unique_ptr<Rng> step = rng.split();
+  blocks_ = std::vector<Block>(last - first);
+  for (std::size_t b = 0; b < last; ++b) {
+    std::unique_ptr<Rng> child = step->split();
+    if (b >= first) {
+      blocks_[b - first].rng = std::move(child);
+      blocks_[b - first].size = block_sizes[b];
+    }
+  }
+  if (ahead && !blocks_.empty()) {
+    background_ = std::make_unique<parallel::Background>([this] { return draw_ahead(); });
+    if (!background_->active()) background_.reset();
+  }
+}
+
+NoiseAhead::~NoiseAhead() {
+  background_.reset();  // no worker draws once this returns
+  for (Block& b : blocks_) explicit_bzero(b.k.data(), b.k.size() * sizeof(std::int32_t));
+}
+
+bool NoiseAhead::draw_ahead() {
+  for (Block& b : blocks_) {
+    if (b.closed.load(std::memory_order_acquire)) continue;
+    bool expected = false;
+    if (!b.busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) continue;
+    bool drew = false;
+    if (!b.closed.load(std::memory_order_relaxed)) {
+      // a block is drawn ahead whole, if the allowance has room for it; otherwise add() draws it
+      const bool room = b.drawn > 0 || kept_.fetch_add(b.size, std::memory_order_relaxed) + b.size <= keep_;
+      if (!room) {
+        kept_.fetch_sub(b.size, std::memory_order_relaxed);
+        b.closed.store(true, std::memory_order_relaxed);
+      } else {
+        if (b.drawn == 0) {
+          b.k.resize(b.size);
+          b.words = std::make_unique<Words>(*b.rng);
+        }
+        const std::size_t len = std::min(kPiece, b.size - b.drawn);
+        draw_into(sampler_for(grid_.scale), *b.words, b.k.data() + b.drawn, len);
+        b.drawn += len;
+        drawn_ahead_.fetch_add(len, std::memory_order_release);
+        if (b.drawn == b.size) b.closed.store(true, std::memory_order_relaxed);
+        drew = true;
+      }
+    }
+    b.busy.store(false, std::memory_order_release);
+    if (drew) return true;
+  }
+  return false;
+}
+
+template <class T>
+void NoiseAhead::add_impl(const std::vector<std::span<T>>& blocks) {
+  if (added_) throw std::logic_error("NoiseAhead::add: the noise was added already");
+  added_ = true;
+  if (blocks.size() != sizes_.size())
+    throw std::invalid_argument("NoiseAhead::add: " + std::to_string(blocks.size()) + " blocks, drawn for " +
+                                std::to_string(sizes_.size()));
+  for (std::size_t b = 0; b < blocks.size(); ++b)
+    if (blocks[b].size() != sizes_[b])
+      throw std::invalid_argument("NoiseAhead::add: block " + std::to_string(b) + " holds " +
+                                  std::to_string(blocks[b].size()) + " values, drawn for " + std::to_string(sizes_[b]));
+  if (background_) {
+    background_->stop();  // rethrows what a worker's draw threw
+    background_.reset();
+  }
+  // one block a piece: the blocks differ in size (a parameter's last block is short)
+  parallel::for_each_piece(blocks_.size(), 1, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) {
+      Block& b = blocks_[i];
+      const std::span<T> x = blocks[first_ + i];
+      check_values(grid_, x.data(), x.size());  // every value of the block before it is noised
+      if (!b.words) b.words = std::make_unique<Words>(*b.rng);
+      noise_block(grid_, *b.words, b.k.data(), b.drawn, x.data(), x.size());
+      explicit_bzero(b.k.data(), b.k.size() * sizeof(std::int32_t));
+      b.words.reset();
+    }
+  });
+}
+
+void NoiseAhead::add(const std::vector<std::span<float>>& blocks) { add_impl(blocks); }
+void NoiseAhead::add(const std::vector<std::span<double>>& blocks) { add_impl(blocks); }
+
 std::vector<std::span<float>> noise_blocks(const std::vector<std::span<float>>& parts) { return blocks_of(parts); }
 std::vector<std::span<double>> noise_blocks(const std::vector<std::span<double>>& parts) { return blocks_of(parts); }
 
+std::vector<std::size_t> noise_block_sizes(const std::vector<std::size_t>& part_sizes) {
+  std::vector<std::size_t> sizes;
+  for (const std::size_t n : part_sizes)
+    for (std::size_t at = 0; at < n; at += kNoiseBlock) sizes.push_back(std::min(kNoiseBlock, n - at));
+  return sizes;
+}
+
 void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& blocks,
                            std::size_t first, std::size_t last) {
-  add_noise_to_blocks(rng, g, blocks, first, last);
+  NoiseAhead(rng, g, sizes_of(blocks), first, last, false).add(blocks);
 }
 void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& blocks,
                            std::size_t first, std::size_t last) {
-  add_noise_to_blocks(rng, g, blocks, first, last);
+  NoiseAhead(rng, g, sizes_of(blocks), first, last, false).add(blocks);
 }
 
 void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& parts) {
   const auto blocks = blocks_of(parts);
-  add_noise_to_blocks(rng, g, blocks, 0, blocks.size());
+  add_grid_noise_blocks(rng, g, blocks, 0, blocks.size());
 }
 void add_grid_noise(Rng& rng, const NoiseGrid& g, const std::vector<std::span<double>>& parts) {
   const auto blocks = blocks_of(parts);
-  add_noise_to_blocks(rng, g, blocks, 0, blocks.size());
+  add_grid_noise_blocks(rng, g, blocks, 0, blocks.size());
 }
 
 void add_grid_noise(Rng& rng, const NoiseGrid& g, float* x, std::size_t n) { add_grid_noise_impl(rng, g, x, n); }

@@ -43,6 +43,10 @@ class GridNoiseSampler {
   std::uint64_t scale() const { return scale_; }
   /// out[0, n) = independent draws (Rng's words only; no state kept between calls).
   void fill(Rng& rng, std::int64_t* out, std::size_t n) const;
+  /// The same from a word buffer of engine/grid_noise.cpp that outlives the call: draws
+  /// taken in pieces from one buffer are those of one fill.
+  template <class Words>
+  void fill_words(Words& words, std::int64_t* out, std::size_t n) const;
 
   // ---- what the tests inspect
   /// Bins with a proposal weight: bin j holds |k| in [j W, (j + 1) W).
@@ -60,9 +64,12 @@ class GridNoiseSampler {
   std::size_t covered_ = 0;
   double inv_two_s2_ = 0;  // 1 / (2 s^2), rounded
   std::array<std::uint64_t, kColumns> weight_{};
-  std::array<std::uint32_t, kColumns> threshold_{};  // in [0, 2^16]
-  std::array<std::uint16_t, kColumns> alias_{};
-  std::array<double, kColumns> accept_{};            // c_j in [0, 1]
+  std::array<std::uint64_t, kColumns> column_{};  // threshold in [0, 2^16] | alias << 32
+  std::array<double, kColumns> accept_{};         // c_j in [0, 1]
+
+  /// One proposal from `words` (a Words of grid_noise.cpp): true and `out` set when accepted.
+  template <class Words>
+  bool propose(Words& words, std::int64_t& out) const;
 };
 
 }  // namespace dpgrad

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,10 @@
 #include <vector>
 
 namespace dpgrad {
+
+namespace parallel {
+class Background;
+}
 
 /// A source of uniform 64-bit words plus the distributions DP needs.
 class Rng {
@@ -206,6 +211,55 @@ inline constexpr std::size_t kNoiseBlock = std::size_t(1) << 16;
 /// `parts` (a step's gradient, array by array) cut into its noise blocks, in order.
 std::vector<std::span<float>> noise_blocks(const std::vector<std::span<float>>& parts);
 std::vector<std::span<double>> noise_blocks(const std::vector<std::span<double>>& parts);
+/// The sizes of the blocks noise_blocks cuts arrays of these sizes into, in order.
+std::vector<std::size_t> noise_block_sizes(const std::vector<std::size_t>& part_sizes);
+
+/// A step's grid noise drawn while the step computes its gradient (docs/noise.md,
+/// "Drawn ahead"). Made when the step starts, from the sizes of its noise blocks, it
+/// splits the blocks' generators off `rng` at once, as add_grid_noise_blocks does, and
+/// with `ahead` the engine's idle workers draw the k of blocks [first, last) meanwhile
+/// (parallel::Background), up to `keep` of them. add() then draws what is left
+/// and noises the blocks: the released values are exactly add_grid_noise_blocks(rng, g,
+/// blocks, first, last)'s had it been called in place of this constructor. The draws
+/// depend on nothing but the generators, and are wiped when used or dropped.
+class NoiseAhead {
+ public:
+  /// At most this many draws are kept ahead (4 bytes each); later blocks are drawn by add().
+  static constexpr std::size_t kAheadValues = std::size_t(1) << 22;
+
+  /// `keep`: the most draws kept ahead (a block is drawn ahead whole or not at all).
+  NoiseAhead(Rng& rng, const NoiseGrid& g, const std::vector<std::size_t>& block_sizes, std::size_t first,
+             std::size_t last, bool ahead = true, std::size_t keep = kAheadValues);
+  ~NoiseAhead();
+  NoiseAhead(const NoiseAhead&) = delete;
+  NoiseAhead& operator=(const NoiseAhead&) = delete;
+
+  /// The grid it draws for.
+  const NoiseGrid& grid() const { return grid_; }
+  /// How many values have been drawn ahead so far.
+  std::size_t drawn_ahead() const { return drawn_ahead_.load(std::memory_order_acquire); }
+  /// Draws one piece (2,048 values) of one block on the calling thread, as an idle worker
+  /// does; false when there is nothing left to draw ahead.
+  bool draw_ahead();
+  /// Noises blocks [first, last) of `blocks` (whose sizes must be the constructor's), each
+  /// block's values checked before it is noised (std::runtime_error as add_grid_noise).
+  /// Once only.
+  void add(const std::vector<std::span<float>>& blocks);
+  void add(const std::vector<std::span<double>>& blocks);
+
+ private:
+  struct Block;
+  template <class T>
+  void add_impl(const std::vector<std::span<T>>& blocks);
+
+  NoiseGrid grid_;
+  std::vector<std::size_t> sizes_;
+  std::size_t first_ = 0, keep_ = 0;
+  std::vector<Block> blocks_;
+  std::atomic<std::size_t> kept_{0}, drawn_ahead_{0};
+  std::unique_ptr<parallel::Background> background_;  // last: stopped before the blocks go
+  bool added_ = false;
+};
 
 /// The grid noise on blocks [first, last) of `blocks` (noise_blocks of a step's gradient).
 void add_grid_noise_blocks(Rng& rng, const NoiseGrid& g, const std::vector<std::span<float>>& blocks,

@@ -96,6 +96,10 @@ template <class T>
 T centred_squares(const T* x, std::size_t n, T m) { return kernels<T>().centred_squares(x, n, m); }
 template <class T>
 void gelu_slope(const T* a, T* out, T* d, std::size_t n) { kernels<T>().gelu_slope(a, out, d, n); }
+std::size_t grid_quick_accept(const std::uint64_t* w, std::size_t n, const std::uint64_t* columns,
+                              const double* accept, double inv_two_s2, std::int64_t* out) {
+  return kernels<double>().grid_quick_accept(w, n, columns, accept, inv_two_s2, out);
+}
 template <class T>
 void conv_forward_block(const T* rows, std::size_t nq, std::size_t d, const T* w, std::size_t p, const T* bias,
                         bool accumulate, T* out) {

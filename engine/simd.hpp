@@ -95,6 +95,12 @@ void conv_forward_block(const T* rows, std::size_t nq, std::size_t d, const T* w
                         bool accumulate, T* out);
 template <class T>
 void conv_weight_grad_block(const T* rows, std::size_t nq, std::size_t d, const T* dout, std::size_t p, T* g);
+/// The grid noise sampler's quick acceptances, a vector of words at a time
+/// (engine/grid_noise.cpp; the test is spelled out in engine/simd/kernels.hpp): from
+/// w[0] on, while each word's candidate passes, out[i] = it; returns how many passed.
+/// Stops at the first that does not or when fewer words are left than a vector holds.
+std::size_t grid_quick_accept(const std::uint64_t* w, std::size_t n, const std::uint64_t* columns,
+                              const double* accept, double inv_two_s2, std::int64_t* out);
 /// The width in bytes of the vectors of the kernel set in use (16 on the x86-64-v2
 /// baseline, 32 with AVX2).
 std::size_t vector_bytes();

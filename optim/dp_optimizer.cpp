@@ -242,11 +242,50 @@ double DPOptimizerT<T>::noise_variance() const {
   return sd * sd;
 }
 
+namespace {
+
+/// The noise blocks a rank of a data-parallel run noises, [first, last): block b goes to
+/// the rank its first coordinate falls to when the coordinates are cut in equal parts.
+/// `shares`: each rank's count of coordinates.
+struct OwnedBlocks {
+  std::size_t first = 0, last = 0;
+  std::vector<std::size_t> shares;
+};
+OwnedBlocks owned_blocks(const std::vector<std::size_t>& sizes, std::size_t ranks, std::size_t rank) {
+  std::size_t total = 0;
+  for (const std::size_t n : sizes) total += n;
+  OwnedBlocks o;
+  o.shares.assign(ranks, 0);
+  o.first = sizes.size();
+  for (std::size_t b = 0, start = 0; b < sizes.size(); start += sizes[b], ++b) {
+    const std::size_t owner = std::min(ranks - 1, std::size_t((long double)(start) * ranks / total));
+    o.shares[owner] += sizes[b];
+    if (owner == rank) {
+      o.first = std::min(o.first, b);
+      o.last = b + 1;
+    }
+  }
+  if (o.first > o.last) o.first = o.last;
+  return o;
+}
+
+}  // namespace
+
 template <class T>
-void DPOptimizerT<T>::add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid) {
-  std::vector<std::span<T>> parts;
-  for (auto& g : sums) parts.emplace_back(g.data(), g.size());
-  add_grid_noise(noise_rng_, grid, parts);
+std::unique_ptr<NoiseAhead> DPOptimizerT<T>::draw_noise_ahead() {
+  if (!adds_noise()) return nullptr;
+  std::vector<std::size_t> parts;  // the released arrays: the parameters' sums, then the counts
+  for (const auto& p : model_.parameters()) parts.push_back(p.value().size());
+  if (config_.adaptive) parts.push_back(counts_);
+  const std::vector<std::size_t> sizes = noise_block_sizes(parts);
+  std::size_t first = 0, last = sizes.size();
+  if (config_.communicator) {
+    const OwnedBlocks o = owned_blocks(sizes, std::size_t(config_.communicator->size()),
+                                       std::size_t(config_.communicator->rank()));
+    first = o.first;
+    last = o.last;
+  }
+  return std::make_unique<NoiseAhead>(noise_rng_, noise_grid(gradient_sigma_ * clip_norm()), sizes, first, last);
 }
 
 template <class T>
@@ -286,7 +325,7 @@ ClipResult<T> DPOptimizerT<T>::clipped_sum(const BatchT<T>& batch, Rng& aux) {
 }
 
 template <class T>
-void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid) {
+void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, NoiseAhead* noise) {
   Communicator& comm = *config_.communicator;
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -315,25 +354,14 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* 
     at += g.size();
   }
   const std::vector<std::span<T>> blocks = noise_blocks(parts);
-  // block b goes to the rank its first coordinate falls to when the coordinates are cut in equal parts
-  const std::size_t ranks = std::size_t(comm.size()), total = flat.size();
-  std::vector<std::size_t> shares(ranks, 0);  // coordinates per rank
-  std::size_t first = blocks.size(), last = 0;
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    const std::size_t start = std::size_t(blocks[b].data() - flat.data());
-    const std::size_t owner = std::min(ranks - 1, std::size_t((long double)(start) * ranks / total));
-    shares[owner] += blocks[b].size();
-    if (owner == std::size_t(comm.rank())) {
-      first = std::min(first, b);
-      last = b + 1;
-    }
-  }
-  if (first > last) first = last;
-  comm.reduce_scatter_sum(flat.data(), shares);
+  std::vector<std::size_t> sizes;
+  for (const auto& b : blocks) sizes.push_back(b.size());
+  const OwnedBlocks owned = owned_blocks(sizes, std::size_t(comm.size()), std::size_t(comm.rank()));
+  comm.reduce_scatter_sum(flat.data(), owned.shares);
   const auto noise_start = clock::now();
-  if (grid) add_grid_noise_blocks(noise_rng_, *grid, blocks, first, last);  // every rank: the streams stay in step
+  if (noise) noise->add(blocks);  // its blocks [first, last) are this rank's (draw_noise_ahead)
   const double noising = std::chrono::duration<double>(clock::now() - noise_start).count();
-  comm.allgather(flat.data(), shares);
+  comm.allgather(flat.data(), owned.shares);
   std::size_t at = 0;
   for (auto& g : r.sum) {
     std::copy(flat.begin() + std::ptrdiff_t(at), flat.begin() + std::ptrdiff_t(at + g.size()), g.begin());
@@ -346,6 +374,7 @@ template <class T>
 StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   StepStats st;
   st.batch = batch.examples();
+  const std::unique_ptr<NoiseAhead> noise = draw_noise_ahead();
   // DP-SAT: the gradients at theta + rho g / ||g||, then theta back exactly as it
   // was, also when the strategy throws (a NaN loss, say)
   auto ps = model_.parameters();
@@ -397,15 +426,18 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   // the sum rounded to the grid plus grid * k, k ~ N_Z(0, s^2) drawn exactly and
   // added in integers: what is released minus the rounded sum does not depend on
   // the data (docs/noise.md)
-  std::optional<NoiseGrid> grid;
-  if (adds_noise()) {
-    grid = noise_grid(gradient_sigma_ * C);
-    st.noise_std = double(grid->scale) * grid->grid;
+  if (noise) {
+    const NoiseGrid grid = noise_grid(gradient_sigma_ * C);
+    if (grid.grid != noise->grid().grid || grid.scale != noise->grid().scale)
+      throw std::logic_error("the step's noise grid changed while the step ran");
+    st.noise_std = double(grid.scale) * grid.grid;
   }
   if (config_.communicator) {
-    combine(r, st, grid ? &*grid : nullptr);
-  } else if (grid) {
-    add_noise(r.sum, *grid);
+    combine(r, st, noise.get());
+  } else if (noise) {
+    std::vector<std::span<T>> parts;
+    for (auto& g : r.sum) parts.emplace_back(g.data(), g.size());
+    noise->add(noise_blocks(parts));
   }
   if (config_.adaptive) {  // the released counts move C (the C_g) for the next step (post-processing)
     const AdaptiveClipping& a = *config_.adaptive;

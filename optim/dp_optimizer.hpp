@@ -25,6 +25,7 @@ class Communicator;
 class Rng;
 class Sampler;
 struct NoiseGrid;
+class NoiseAhead;
 namespace privacy {
 class Accountant;
 }
@@ -205,9 +206,11 @@ class DPOptimizerT {
   /// Data-parallel runs: every rank's sums and counts added up, each coordinate
   /// noised once by the rank that owns it, and gathered back to every rank
   /// (docs/distributed.md); sets the step's wait and communication times.
-  void combine(ClipResult<T>& r, StepStats& st, const NoiseGrid* grid);
-  /// The grid noise on every coordinate of `sums` (docs/noise.md), block by block.
-  void add_noise(std::vector<ArrayT<T>>& sums, const NoiseGrid& grid);
+  void combine(ClipResult<T>& r, StepStats& st, NoiseAhead* noise);
+  /// The step's grid noise (docs/noise.md) on the coordinates this process noises,
+  /// its generators split off the noise generator now and its draws made while the
+  /// step computes its sums ("Drawn ahead"); none without noise.
+  std::unique_ptr<NoiseAhead> draw_noise_ahead();
   /// The next step's clipping at clip norm C: the grid's allowance taken off C
   /// and, with adaptive clipping, off the counts' share (docs/noise.md).
   void set_clip_geometry(double C);

@@ -440,6 +440,62 @@ struct Kernels {
                          std::size_t n) {
     for (std::size_t l = 0; l < n; ++l) d[l] = a[l] == e ? t[l] : d[l];
   }
+
+  /// The grid noise sampler's common case (engine/grid_noise.cpp, GridNoiseSampler::fill;
+  /// docs/noise.md section 5), a vector of words at a time. Word p proposes |k| = m =
+  /// j 2^20 + o with sign bit 36, column p >> 53, its threshold bits 37..52 (j is the column
+  /// when they are below the column's threshold, else its alias; columns[c] = threshold |
+  /// alias << 32) and o = bits 16..35; bits 0..15 are u. The word is accepted here when
+  /// u + 1 <= c (1 - x - 2^-40) 2^16, x = o (2 j 2^20 + o) / (2 s^2) (inv_two_s2 = 1 / (2 s^2)),
+  /// c = accept[j], halved at m = 0: the sampler's own sufficient test, computed with the same
+  /// roundings, which never accepts what the exact test refuses. From w[0] on, while each word
+  /// passes, out[i] = +-m; stops at the first word that does not, or when fewer than a
+  /// vector's words are left. Returns the number of words accepted (values written).
+  static std::size_t grid_quick_accept(const std::uint64_t* w, std::size_t n, const std::uint64_t* columns,
+                                       const double* accept, double inv_two_s2, std::int64_t* out) {
+    using U = V<std::uint64_t>;
+    using I = V<std::int64_t>;
+    using D = V<double>;
+    constexpr std::size_t L = U::size;
+    static_assert(D::size == L && I::size == L);
+    // a whole number below 2^52 to double: its bits under 2^52's exponent, less 2^52
+    const U two52_bits(std::uint64_t(0x4330000000000000));
+    const D two52(0x1p52);
+    const auto as_double = [&](const U& v) { return xsimd::bitwise_cast<D>(v | two52_bits) - two52; };
+    const auto as_index = [](const U& v) { return xsimd::bitwise_cast<I>(v); };
+    const auto* table = reinterpret_cast<const std::int64_t*>(columns);
+    std::size_t i = 0;
+    for (; i + L <= n; i += L) {
+      const U p = U::load_unaligned(w + i);
+      const U column = p >> 53;
+      const U entry = xsimd::bitwise_cast<U>(I::gather(table, as_index(column)));
+      const U threshold = entry & U(std::uint64_t(0x1ffff)), alias = entry >> 32;
+      const U bits = (p >> 37) & U(std::uint64_t(0xffff));
+      const U j = xsimd::bitwise_cast<U>(
+          xsimd::select(as_index(bits) < as_index(threshold), as_index(column), as_index(alias)));
+      const U o = (p >> 16) & U(std::uint64_t(0xfffff));
+      const U q = (j << 21) + o;  // 2 j 2^20 + o < 2^32
+      const D qd = as_double(q);
+      const D c = D::gather(accept, as_index(j)) * xsimd::select(qd == D(0.0), D(0.5), D(1.0));
+      const D x = (as_double(o) * qd) * D(inv_two_s2);  // o (2 j W + o) < 2^52: the product is exact
+      const D floor_a = c * ((D(1.0) - x) - D(0x1p-40));
+      const auto pass = as_double(p & U(std::uint64_t(0xffff))) + D(1.0) <= floor_a * D(0x1p16);
+      const U sign = U(std::uint64_t(0)) - ((p >> 36) & U(std::uint64_t(1)));  // all ones when negative
+      const U value = (((j << 20) | o) ^ sign) - sign;
+      if (xsimd::all(pass)) {
+        value.store_unaligned(reinterpret_cast<std::uint64_t*>(out + i));
+        continue;
+      }
+      alignas(64) double passed[L];
+      alignas(64) std::uint64_t values[L];
+      xsimd::select(pass, D(1.0), D(0.0)).store_aligned(passed);
+      value.store_aligned(values);
+      std::size_t l = 0;
+      for (; l < L && passed[l] != 0.0; ++l) out[i + l] = static_cast<std::int64_t>(values[l]);
+      return i + l;
+    }
+    return i;
+  }
 };
 
 /// One instruction set's kernels for T, as function pointers.
@@ -467,6 +523,8 @@ struct Table {
   void (*gelu_slope)(const T*, T*, T*, std::size_t);
   void (*conv_forward_block)(const T*, std::size_t, std::size_t, const T*, std::size_t, const T*, bool, T*);
   void (*conv_weight_grad_block)(const T*, std::size_t, std::size_t, const T*, std::size_t, T*);
+  std::size_t (*grid_quick_accept)(const std::uint64_t*, std::size_t, const std::uint64_t*, const double*, double,
+                                   std::int64_t*);  // not T's: the same in both tables
 };
 
 template <class Arch, class T>
@@ -477,7 +535,7 @@ constexpr Table<T> table_of() {
           &K::template gemm_small<T>, &K::template pack_width<T>, &K::template add_rows<T>,
           &K::template tanh_slope_into<T>, &K::template combine<T>, &K::template lstm_gates_vjp<T>,
           &K::template sum<T>, &K::template dot<T>, &K::template centred_squares<T>, &K::template gelu_slope<T>,
-          &K::template conv_forward_block<T>, &K::template conv_weight_grad_block<T>};
+          &K::template conv_forward_block<T>, &K::template conv_weight_grad_block<T>, &K::grid_quick_accept};
 }
 
 /// AVX2 with FMA (avx2.cpp, built only for x86-64; float and double).

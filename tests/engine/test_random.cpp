@@ -4,15 +4,18 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/grid_noise.hpp"
+#include "engine/parallel.hpp"
 #include "engine/random.hpp"
 
 using dpgrad::FastRng;
@@ -937,6 +940,114 @@ TEST_CASE("grid sampler: draws agree with the exact sampler at the noise grid's 
   CHECK(va / vb == doctest::Approx(1.0).epsilon(10 * std::sqrt(2.0 / double(n))));
   CHECK(std::fabs(ma / double(n)) < 5 * double(s) / std::sqrt(double(n)));
   CHECK(std::fabs(odd / double(n) - 0.5) < 5 * 0.5 / std::sqrt(double(n)));  // the low bits are uniform
+}
+
+TEST_CASE("grid sampler: the vector quick test changes no draw (the word-by-word sampler's values for fixed seeds)") {
+  // Hashes of the draws that the word-by-word sampler (before the quick test was vectorised,
+  // engine/simd/kernels.hpp grid_quick_accept) made from these seeds, in calls of 1, 3, 255,
+  // 257 and 1,000,003 values: about 3% of the words are refused and a few of them need more
+  // words, so a quick test that passed one word too many, or too few, or read the words in
+  // another order, changes the hash.
+  const std::uint64_t want[] = {0xe00fc6847e90c3e7ull, 0x3f27cc2be49a3a06ull, 0x584fcf2f6cfa977eull};
+  for (std::size_t si = 0; si < 3; ++si) {
+    CAPTURE(si);
+    const dpgrad::GridNoiseSampler g(kGridScales[si]);
+    FastRng rng(900 + si);
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the values' 64-bit words
+    for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(255), std::size_t(257), std::size_t(1000003)}) {
+      std::vector<std::int64_t> k(n);
+      g.fill(rng, k.data(), n);
+      for (auto v : k) h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
+    }
+    CHECK(h == want[si]);
+  }
+}
+
+TEST_CASE("grid noise drawn ahead: add_grid_noise_blocks's values, however much the workers drew before add") {
+  const int threads_before = dpgrad::parallel::threads();
+  dpgrad::parallel::set_threads(2);
+  const dpgrad::NoiseGrid g = dpgrad::noise_grid(0.25);
+  // arrays of 70,000, 5 and 2 x 65,536 + 3 values: blocks of 65,536, 4,464, 5, 65,536, 65,536 and 3
+  const std::vector<std::size_t> parts = {70000, 5, 2 * 65536 + 3};
+  const std::vector<std::size_t> sizes = dpgrad::noise_block_sizes(parts);
+  CHECK(sizes == std::vector<std::size_t>{65536, 4464, 5, 65536, 65536, 3});
+  FastRng data(31);
+  std::vector<std::vector<double>> start;
+  for (std::size_t n : parts) {
+    start.emplace_back(n);
+    for (auto& v : start.back()) v = 40 * data.uniform() - 20;
+  }
+  const auto blocks_of = [&](std::vector<std::vector<double>>& arrays) {
+    std::vector<std::span<double>> spans;
+    for (auto& a : arrays) spans.emplace_back(a);
+    return dpgrad::noise_blocks(spans);
+  };
+  constexpr std::size_t kAll = dpgrad::NoiseAhead::kAheadValues;
+  struct Case {
+    std::size_t first, last;
+    bool ahead;
+    std::size_t keep, drawn;  // the allowance, and what the workers draw under it
+  };
+  for (const Case c : {Case{0, 6, false, kAll, 0}, Case{0, 6, true, kAll, 201080},
+                       Case{1, 5, true, kAll, 135541}, Case{0, 6, true, 70003, 65536 + 4464 + 3}}) {
+    CAPTURE(c.first);
+    CAPTURE(c.last);
+    CAPTURE(c.ahead);
+    CAPTURE(c.keep);
+    std::vector<std::vector<double>> want = start, got = start;
+    FastRng a(404), b(404);
+    dpgrad::add_grid_noise_blocks(a, g, blocks_of(want), c.first, c.last);
+    {
+      dpgrad::NoiseAhead noise(b, g, sizes, c.first, c.last, c.ahead, c.keep);
+      if (c.ahead) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (noise.drawn_ahead() < c.drawn && std::chrono::steady_clock::now() < give_up) {
+          dpgrad::parallel::for_range(2, 1, [](std::size_t, std::size_t) {});  // wakes the worker
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      CHECK(noise.drawn_ahead() == c.drawn);  // all it may keep, and no more
+      noise.add(blocks_of(got));
+      CHECK_THROWS_AS(noise.add(blocks_of(got)), std::logic_error);  // once only
+    }
+    CHECK(got == want);  // the same values, bit for bit
+    CHECK(a.next_u64() == b.next_u64());  // and the generator left at the same point
+  }
+  // a block drawn in part before add(): add() goes on with the same words
+  for (int pieces : {1, 5, 33, 34}) {  // block 0 holds 32 pieces, block 1 three
+    CAPTURE(pieces);
+    std::vector<std::vector<double>> want = start, got = start;
+    FastRng a(405), b(405);
+    dpgrad::add_grid_noise_blocks(a, g, blocks_of(want), 0, 6);
+    dpgrad::NoiseAhead noise(b, g, sizes, 0, 6, false);
+    for (int i = 0; i < pieces; ++i) CHECK(noise.draw_ahead());
+    CHECK(noise.drawn_ahead() == std::size_t(pieces) * 2048);  // (block 0's last piece is whole)
+    noise.add(blocks_of(got));
+    CHECK(got == want);
+  }
+  // the sizes must be those it drew for; a bad value is refused as add_grid_noise refuses it
+  FastRng r(5);
+  std::vector<std::vector<double>> arrays = start;
+  {
+    dpgrad::NoiseAhead noise(r, g, {65536, 4464, 5, 65536, 65536, 2}, 0, 6);
+    CHECK_THROWS_AS(noise.add(blocks_of(arrays)), std::invalid_argument);
+  }
+  arrays[2][100] = NAN;
+  {
+    dpgrad::NoiseAhead noise(r, g, sizes, 0, 6);
+    CHECK_THROWS_AS(noise.add(blocks_of(arrays)), std::runtime_error);
+  }
+  CHECK_THROWS_AS(dpgrad::NoiseAhead(r, g, sizes, 4, 7), std::invalid_argument);
+  CHECK_THROWS_AS(dpgrad::NoiseAhead(r, g, {0}, 0, 1), std::invalid_argument);
+  CHECK_THROWS_AS(dpgrad::NoiseAhead(r, dpgrad::NoiseGrid{0.3, g.scale}, sizes, 0, 6), std::invalid_argument);
+  // dropped unused while a worker may be drawing (a step that threw): no draw outlives it
+  for (int i = 0; i < 20; ++i) {
+    dpgrad::NoiseAhead noise(r, g, sizes, 0, 6);
+    dpgrad::parallel::for_range(2, 1, [](std::size_t, std::size_t) {});
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * i));
+  }
+  dpgrad::parallel::set_threads(threads_before);
 }
 
 TEST_CASE("random: split generators are of their parent's kind, independent streams, reproducible only by name") {

@@ -2,7 +2,9 @@
 // kernel set this CPU is given and with the build's baseline set.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -289,4 +291,82 @@ TEST_CASE("simd::conv_forward_block and conv_weight_grad_block equal their defin
           for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(want[i]).epsilon(1e-12));
         }
       }
+}
+
+TEST_CASE("simd::grid_quick_accept passes exactly the words the sampler's own quick test passes, with either kernel set") {
+  // Made-up tables (the kernel reads them as the grid sampler lays them out: columns[c] =
+  // threshold | alias << 32), and a reading of each word as engine/grid_noise.cpp's
+  // propose does; the kernel must write the same values and stop at the first word that
+  // fails, or at the last whole vector.
+  constexpr std::size_t kColumns = 2048;
+  std::vector<std::uint64_t> columns(kColumns);
+  std::vector<double> accept(kColumns);
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  const auto next = [&] {  // splitmix64
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const double inv_two_s2 = 1.0 / (2.0 * 16777217.0 * 16777217.0);
+  const auto quick = [&](std::uint64_t p, std::int64_t& value) {
+    const std::uint64_t column = p >> 53, entry = columns[column];
+    const std::uint64_t j = ((p >> 37) & 0xffff) < (entry & 0xffffffff) ? column : entry >> 32;
+    const std::uint64_t o = (p >> 16) & 0xfffff, m = (j << 20) + o;
+    const double c = m == 0 ? accept[0] * 0.5 : accept[j];
+    const double x = static_cast<double>(o * ((j << 21) + o)) * inv_two_s2;
+    const double floor_a = c * ((1.0 - x) - 0x1p-40);
+    value = (p >> 36) & 1 ? -static_cast<std::int64_t>(m) : static_cast<std::int64_t>(m);
+    return floor_a > 0 && (p & 0xffff) < static_cast<std::uint32_t>(floor_a * 0x1p16);
+  };
+  using Kernel = std::size_t (*)(const std::uint64_t*, std::size_t, const std::uint64_t*, const double*, double,
+                                 std::int64_t*);
+  constexpr auto baseline = simd::detail::table_of<xsimd::default_arch, double>();
+  const std::size_t lanes[2] = {simd::vector_bytes() / sizeof(double), xsimd::batch<double, xsimd::default_arch>::size};
+  const Kernel kernels[2] = {&simd::grid_quick_accept, baseline.grid_quick_accept};
+  std::size_t stopped_early = 0, ran_to_end = 0;
+  for (int table = 0; table < 3; ++table) {
+    // 0: acceptances near 1 and the first four bins (long runs pass); 1: any bin, acceptances
+    // anywhere in [0, 1] with zeros; 2: acceptances 1 and the first four bins
+    for (std::size_t c = 0; c < kColumns; ++c) {
+      const std::uint64_t threshold = next() % 5 == 0 ? 0x10000 : next() % 0x10000;
+      columns[c] = threshold | (next() % (table == 1 ? kColumns : 4)) << 32;
+      accept[c] = table == 2   ? 1.0
+                  : table == 0 ? 1.0 - double(next() % 1000) * 1e-6
+                  : next() % 4 == 0 ? 0.0
+                                    : double(next() >> 11) * 0x1p-53;
+    }
+    for (int trial = 0; trial < 300; ++trial) {
+      const std::size_t n = trial % 7 == 0 ? trial % 5 : 1 + next() % 300;
+      std::vector<std::uint64_t> w(n);
+      for (auto& p : w) {
+        p = next();
+        if (table != 1) p = (p & ((std::uint64_t(1) << 53) - 1)) | (p >> 53) % 4 << 53;  // small bins: x near 0
+      }
+      if (trial % 3 == 0 && n > 0) w[next() % n] &= ~((std::uint64_t(0xfffff) << 16) | (std::uint64_t(1) << 36));  // o = 0
+      if (trial % 11 == 0 && n > 0) w[0] = 0;  // m = 0: the halved acceptance
+      std::vector<std::int64_t> want(n);
+      std::size_t first_fail = n;
+      for (std::size_t i = 0; i < n && first_fail == n; ++i)
+        if (!quick(w[i], want[i])) first_fail = i;
+      for (int set = 0; set < 2; ++set) {
+        CAPTURE(table);
+        CAPTURE(trial);
+        CAPTURE(set);
+        const std::size_t expect = std::min(first_fail, n / lanes[set] * lanes[set]);
+        std::vector<std::int64_t> out(n + 1, 12345);
+        const std::size_t got = kernels[set](w.data(), n, columns.data(), accept.data(), inv_two_s2, out.data());
+        REQUIRE(got == expect);
+        for (std::size_t i = 0; i < got; ++i) CHECK(out[i] == want[i]);
+        bool untouched = true;  // nothing written past the words it passed
+        for (std::size_t i = got; i <= n; ++i) untouched = untouched && out[i] == 12345;
+        CHECK(untouched);
+        (got < first_fail ? ran_to_end : stopped_early) += 1;
+      }
+    }
+  }
+  CAPTURE(stopped_early);
+  CAPTURE(ran_to_end);
+  CHECK(stopped_early > 300);
+  CHECK(ran_to_end > 300);
 }
