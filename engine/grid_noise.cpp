@@ -263,6 +263,11 @@ void add_draws(const NoiseGrid& g, const std::int32_t* k, T* x, std::size_t n) {
     x[i] = static_cast<T>((std::nearbyint(static_cast<double>(x[i]) * inverse) + static_cast<double>(k[i])) * g.grid);
 }
 
+/// Zeroes what `k` holds (draws must not linger in memory).
+void wipe(std::vector<std::int32_t>& k) {
+  if (!k.empty()) explicit_bzero(k.data(), k.size() * sizeof(std::int32_t));
+}
+
 /// Draws of a block are made and kept this many at a time (first-level cache).
 constexpr std::size_t kPiece = 2048;
 
@@ -357,7 +362,7 @@ NoiseAhead::NoiseAhead(Rng& rng, const NoiseGrid& g, const std::vector<std::size
 
 NoiseAhead::~NoiseAhead() {
   background_.reset();  // no worker draws once this returns
-  for (Block& b : blocks_) explicit_bzero(b.k.data(), b.k.size() * sizeof(std::int32_t));
+  for (Block& b : blocks_) wipe(b.k);
 }
 
 bool NoiseAhead::draw_ahead() {
@@ -414,7 +419,7 @@ void NoiseAhead::add_impl(const std::vector<std::span<T>>& blocks) {
       check_values(grid_, x.data(), x.size());  // every value of the block before it is noised
       if (!b.words) b.words = std::make_unique<Words>(*b.rng);
       noise_block(grid_, *b.words, b.k.data(), b.drawn, x.data(), x.size());
-      explicit_bzero(b.k.data(), b.k.size() * sizeof(std::int32_t));
+      wipe(b.k);
       b.words.reset();
     }
   });
