@@ -40,7 +40,7 @@ void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(s
 /// for each of the engine's threads (at least 1 item a piece).
 std::size_t grain_for(std::size_t n, std::size_t per_thread);
 
-/// Work for the pool's idle workers (docs/training.md, "Threads"): while a Background is
+/// Work for the pool's idle workers (docs/training.md, "Threads and profiling"): while a Background is
 /// alive, a worker that has waited about 20 microseconds for the next job calls unit()
 /// again and again until a job comes (a job that comes waits for the unit in hand, so
 /// a unit should take tens of microseconds at most). unit() returns false when it found
