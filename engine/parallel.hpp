@@ -40,11 +40,12 @@ void for_each_piece(std::size_t n, std::size_t grain, const std::function<void(s
 /// for each of the engine's threads (at least 1 item a piece).
 std::size_t grain_for(std::size_t n, std::size_t per_thread);
 
-/// Work for the pool's idle workers (docs/training.md, "Threads and profiling"): while a Background is
-/// alive, a worker that has waited about 20 microseconds for the next job calls unit()
-/// again and again until a job comes (a job that comes waits for the unit in hand, so
-/// a unit should take tens of microseconds at most). unit() returns false when it found
-/// nothing to do; it may run on several workers at once, never on the calling thread.
+/// Work for the pool's idle workers (docs/training.md, "Threads and profiling"): while
+/// a Background is alive, a worker that has waited about 20 microseconds for the next
+/// job calls unit() again and again until a job comes (a job that comes waits for the
+/// unit in hand, so a unit should take tens of microseconds at most). unit() returns
+/// false when it found nothing to do; it may run on several workers at once, never on
+/// the calling thread, and must not start jobs of its own (for_range and the like).
 /// One Background at a time in a process: while another is alive, or with one thread,
 /// no unit runs (active() is false) and the owner does the work itself.
 class Background {
