@@ -1023,7 +1023,6 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
     p.batches = {256};
     if (!given.count("--steps")) p.steps = 7;
     add_speed(p);
-    p.batches = {256};
     p.methods = {"none", "ghost", "vanilla", "jl:1", "jl:5", "jl:10", "jl:30", "microbatch:16", "naive"};
     p.models = {"scatter-linear", "scatter-cnn"};  // heads on scattering features
     if (!given.count("--steps")) p.steps = 30;

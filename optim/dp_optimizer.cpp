@@ -272,12 +272,17 @@ OwnedBlocks owned_blocks(const std::vector<std::size_t>& sizes, std::size_t rank
 }  // namespace
 
 template <class T>
-std::unique_ptr<NoiseAhead> DPOptimizerT<T>::draw_noise_ahead() {
-  if (!adds_noise()) return nullptr;
-  std::vector<std::size_t> parts;  // the released arrays: the parameters' sums, then the counts
+std::vector<std::size_t> DPOptimizerT<T>::released_block_sizes() const {
+  std::vector<std::size_t> parts;
   for (const auto& p : model_.parameters()) parts.push_back(p.value().size());
   if (config_.adaptive) parts.push_back(counts_);
-  const std::vector<std::size_t> sizes = noise_block_sizes(parts);
+  return noise_block_sizes(parts);
+}
+
+template <class T>
+std::unique_ptr<NoiseAhead> DPOptimizerT<T>::draw_noise_ahead() {
+  if (!adds_noise()) return nullptr;
+  const std::vector<std::size_t> sizes = released_block_sizes();
   std::size_t first = 0, last = sizes.size();
   if (config_.communicator) {
     const OwnedBlocks o = owned_blocks(sizes, std::size_t(config_.communicator->size()),
@@ -354,9 +359,8 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, NoiseAhead* noise
     at += g.size();
   }
   const std::vector<std::span<T>> blocks = noise_blocks(parts);
-  std::vector<std::size_t> sizes;
-  for (const auto& b : blocks) sizes.push_back(b.size());
-  const OwnedBlocks owned = owned_blocks(sizes, std::size_t(comm.size()), std::size_t(comm.rank()));
+  const OwnedBlocks owned =
+      owned_blocks(released_block_sizes(), std::size_t(comm.size()), std::size_t(comm.rank()));
   comm.reduce_scatter_sum(flat.data(), owned.shares);
   const auto noise_start = clock::now();
   if (noise) noise->add(blocks);  // its blocks [first, last) are this rank's (draw_noise_ahead)

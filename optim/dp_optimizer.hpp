@@ -211,6 +211,9 @@ class DPOptimizerT {
   /// its generators split off the noise generator now and its draws made while the
   /// step computes its sums ("Drawn ahead"); none without noise.
   std::unique_ptr<NoiseAhead> draw_noise_ahead();
+  /// The sizes of the noise blocks of what a step releases: the parameters' sums, then
+  /// adaptive clipping's counts (noise_block_sizes).
+  std::vector<std::size_t> released_block_sizes() const;
   /// The next step's clipping at clip norm C: the grid's allowance taken off C
   /// and, with adaptive clipping, off the counts' share (docs/noise.md).
   void set_clip_geometry(double C);
