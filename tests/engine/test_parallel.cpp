@@ -17,19 +17,16 @@
 #include "engine/parallel.hpp"
 #include "engine/tape.hpp"
 #include "support/check.hpp"
+#include "support/threads.hpp"
 
 using namespace dpgrad;
 using test::randn;
+using test::ThreadsScope;
+using test::wake_workers_until;
 using D = TensorT<double>;
 using A = ArrayT<double>;
 
 namespace {
-/// Sets the engine's thread count for one scope.
-struct ThreadsScope {
-  int before;
-  explicit ThreadsScope(int n) : before(parallel::threads()) { parallel::set_threads(n); }
-  ~ThreadsScope() { parallel::set_threads(before); }
-};
 
 /// C = op(A) op(B) by the definition, row-major, for the reference.
 std::vector<double> naive_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, const std::vector<double>& a,
@@ -185,19 +182,6 @@ TEST_CASE("linear's bias passes split across threads: every row starts as b, db 
   }
 }
 
-namespace {
-/// Runs empty jobs (each wakes a sleeping worker) until `done()` or ten seconds pass.
-template <class Done>
-bool wake_until(Done done) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done() && std::chrono::steady_clock::now() < give_up) {
-    parallel::for_range(2, 1, [](std::size_t, std::size_t) {});
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return done();
-}
-}  // namespace
-
 TEST_CASE("parallel::Background: idle workers run its units, never the caller; stop waits for them and rethrows") {
   {
     ThreadsScope one(1);
@@ -218,7 +202,7 @@ TEST_CASE("parallel::Background: idle workers run its units, never the caller; s
     CHECK(background.active());
     parallel::Background second([] { return false; });
     CHECK_FALSE(second.active());  // one at a time
-    CHECK(wake_until([&] { return units.load() >= 20; }));
+    CHECK(wake_workers_until([&] { return units.load() >= 20; }));
     // jobs still run while a unit is in hand, and give the same results
     std::atomic<long> total{0};
     parallel::for_range(1000, 1, [&](std::size_t b, std::size_t e) { total += long(e - b); });
@@ -238,7 +222,7 @@ TEST_CASE("parallel::Background: idle workers run its units, never the caller; s
     ++tries;
     throw std::runtime_error("unit failed");
   });
-  CHECK(wake_until([&] { return tries.load() > 0; }));
+  CHECK(wake_workers_until([&] { return tries.load() > 0; }));
   CHECK_THROWS_WITH_AS(failing.stop(), "unit failed", std::runtime_error);
   CHECK_NOTHROW(failing.stop());  // stopped once
 }

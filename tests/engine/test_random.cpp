@@ -17,6 +17,7 @@
 #include "engine/grid_noise.hpp"
 #include "engine/parallel.hpp"
 #include "engine/random.hpp"
+#include "support/threads.hpp"
 
 using dpgrad::FastRng;
 using dpgrad::Rng;
@@ -964,8 +965,7 @@ TEST_CASE("grid sampler: the vector quick test changes no draw (the word-by-word
 }
 
 TEST_CASE("grid noise drawn ahead: add_grid_noise_blocks's values, however much the workers drew before add") {
-  const int threads_before = dpgrad::parallel::threads();
-  dpgrad::parallel::set_threads(2);
+  const dpgrad::test::ThreadsScope threads(2);
   const dpgrad::NoiseGrid g = dpgrad::noise_grid(0.25);
   // arrays of 70,000, 5 and 2 x 65,536 + 3 values: blocks of 65,536, 4,464, 5, 65,536, 65,536 and 3
   const std::vector<std::size_t> parts = {70000, 5, 2 * 65536 + 3};
@@ -1000,11 +1000,7 @@ TEST_CASE("grid noise drawn ahead: add_grid_noise_blocks's values, however much 
     {
       dpgrad::NoiseAhead noise(b, g, sizes, c.first, c.last, c.ahead, c.keep);
       if (c.ahead) {
-        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (noise.drawn_ahead() < c.drawn && std::chrono::steady_clock::now() < give_up) {
-          dpgrad::parallel::for_range(2, 1, [](std::size_t, std::size_t) {});  // wakes the worker
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
-        }
+        dpgrad::test::wake_workers_until([&] { return noise.drawn_ahead() >= c.drawn; });
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
       CHECK(noise.drawn_ahead() == c.drawn);  // all it may keep, and no more
@@ -1047,7 +1043,6 @@ TEST_CASE("grid noise drawn ahead: add_grid_noise_blocks's values, however much 
     dpgrad::parallel::for_range(2, 1, [](std::size_t, std::size_t) {});
     std::this_thread::sleep_for(std::chrono::microseconds(50 * i));
   }
-  dpgrad::parallel::set_threads(threads_before);
 }
 
 TEST_CASE("random: split generators are of their parent's kind, independent streams, reproducible only by name") {
