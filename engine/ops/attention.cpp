@@ -45,14 +45,9 @@ struct AttentionOp final : Op<T> {
   std::vector<std::size_t> kend;
   std::vector<std::vector<std::size_t>> masked;
   std::vector<unsigned char> uniform;
-  ArrayT<T> lse;  // (B, H, Lq): log sum_j exp(s_ij) over each score row's unmasked keys
-  // The weights themselves, kept when every sample's keys are one block (Lk <= kMaxBlock):
-  // sample i, head h's rows of kend[i] values from (i H + h) Lq Lk on. Their size is then
-  // at most kMaxBlock H Lq per sample, the order of the layer's other activations, and
-  // the rules read them instead of recomputing scores and exponentials. Longer sequences
-  // keep only lse (docs/fused-ops.md).
-  ArrayT<T> kept_p;
-  bool keep_p = false;
+  // (B, H, Lq): log sum_j exp(s_ij) over each score row's unmasked keys; the rules
+  // recompute the weights from it block by block (docs/fused-ops.md)
+  ArrayT<T> lse;
 
   AttentionOp(std::size_t h, T s, ArrayT<T> m) : heads(h), scale(s), mask(std::move(m)) {}
   const char* name() const override { return "attention"; }
@@ -116,8 +111,6 @@ struct AttentionOp final : Op<T> {
         if (m[j] != T(0)) masked[i].push_back(j);
     }
     lse = ArrayT<T>::from_shape({b, heads, lq});
-    keep_p = lk <= kMaxBlock && b * lq > 0;
-    kept_p = keep_p ? ArrayT<T>::from_shape({b * heads * lq * lk}) : ArrayT<T>();
     ArrayT<T> out = ArrayT<T>::from_shape({b, lq, heads * dv});
     const T *q = x[0]->data(), *k = x[1]->data(), *v = x[2]->data();
     T* o = out.data();
@@ -176,21 +169,17 @@ struct AttentionOp final : Op<T> {
                             c0 == 0 ? T(0) : T(1), ob, ldv(), pack);
     }
     T* lse_row = lse.data() + (i * heads + h) * lq + r0;
-    // one key block (keep_p): s holds exp(s - m) of every key; kept divided by l, it is P
-    T* kept = keep_p ? kept_p.data() + (i * heads + h) * lq * lk + r0 * kend[i] : nullptr;
     for (std::size_t r = 0; r < qn; ++r) {
       const T inv = T(1) / l[r];
       for (std::size_t c = 0; c < dv; ++c) ob[r * ldv() + c] *= inv;
       lse_row[r] = m[r] + std::log(l[r]);
-      if (kept) simd::scaled_into(s + r * kend[i], static_cast<const T*>(nullptr), inv, kept + r * kend[i], kend[i], false);
     }
   }
 
-  /// The attention weights (qn, kn) of those queries and keys: the kept ones, or
-  /// recomputed into p from the kept lse. Returns where they are.
+  /// The attention weights (qn, kn) of those queries and keys, recomputed into p
+  /// from the kept lse. Returns p.
   const T* weights(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
                    const T* q, const T* k, T* p, T* pack) const {
-    if (keep_p) return kept_p.data() + (i * heads + h) * lq * lk + r0 * kend[i];  // c0 = 0, kn = kend[i]
     scores(i, h, r0, qn, c0, kn, q, k, p, pack);
     const T* lse_row = lse.data() + (i * heads + h) * lq + r0;
     for (std::size_t r = 0; r < qn; ++r) simd::exp_shifted(p + r * kn, kn, lse_row[r]);

@@ -118,8 +118,8 @@ TEST_CASE("fused attention: the same values, cotangents and tangents as the comp
       {3, 4, 6, 2, 2, 3, {{0, 0, 0, 1, 1, 1}, {1, 0, 1, 0, 0, 0}, {1, 1, 1, 1, 1, 1}}},
       {1, 300, 300, 1, 4, 2, {}},
       {2, 7, 520, 2, 2, 2, {long_row, masked_first}},
-      // 300 queries against 40 keys: the weights are kept (one key block), over two query blocks,
-      // for samples whose padding differs
+      // 300 queries against 40 keys: one key block, two query blocks, for samples whose
+      // padding differs
       {2, 300, 40, 2, 2, 2, {std::vector<int>(40, 0), padded_40}},
   };
   for (const auto& c : cases) {
