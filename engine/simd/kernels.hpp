@@ -319,21 +319,29 @@ struct Kernels {
         for (std::size_t v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(av, bv[v], acc[i][v]);
       }
     }
-    for (std::size_t i = 0; i < R; ++i) {
-      T* cr = c + (r0 + i) * ldc;
-      for (std::size_t v = 0; v < NV; ++v) {
-        const std::size_t j = j0 + v * W;
-        if (j >= n) break;
-        if (j + W <= n) {
-          V<T> out = acc[i][v];
-          if (beta != T(0)) out = xsimd::fma(V<T>(beta), V<T>::load_unaligned(cr + j), out);
-          out.store_unaligned(cr + j);
-        } else {  // the last, partial vector
-          alignas(64) T lanes[W];
-          acc[i][v].store_aligned(lanes);
-          for (std::size_t l = 0; l < n - j; ++l) cr[j + l] = beta != T(0) ? lanes[l] + beta * cr[j + l] : lanes[l];
-        }
+    if (j0 + NV * W <= n) {  // whole vectors only: every sum goes straight from its register to C
+      if (beta == T(0)) {
+        for (std::size_t i = 0; i < R; ++i)
+          for (std::size_t v = 0; v < NV; ++v) acc[i][v].store_unaligned(c + (r0 + i) * ldc + j0 + v * W);
+      } else {
+        const V<T> vb(beta);
+        for (std::size_t i = 0; i < R; ++i)
+          for (std::size_t v = 0; v < NV; ++v) {
+            T* cv = c + (r0 + i) * ldc + j0 + v * W;
+            xsimd::fma(vb, V<T>::load_unaligned(cv), acc[i][v]).store_unaligned(cv);
+          }
       }
+      return;
+    }
+    // the block reaches past n: the sums through memory, then C value by value (the
+    // accumulators are only ever read whole, so they stay in registers above)
+    alignas(64) T sums[R][NV * W];
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t v = 0; v < NV; ++v) acc[i][v].store_aligned(&sums[i][v * W]);
+    const std::size_t cols = std::min(n - j0, NV * W);
+    for (std::size_t i = 0; i < R; ++i) {
+      T* cr = c + (r0 + i) * ldc + j0;
+      for (std::size_t l = 0; l < cols; ++l) cr[l] = beta != T(0) ? sums[i][l] + beta * cr[l] : sums[i][l];
     }
   }
 
