@@ -270,25 +270,26 @@ struct AttentionOp final : Op<T> {
     ArrayT<T> r = ArrayT<T>::from_shape(detail::with_k(kt, shape_of(out)));
     const T *q = x[0]->data(), *k = x[1]->data(), *v = x[2]->data(), *o = out.data();
     const std::size_t qb = block_length(lq), nq = x[0]->size(), nk = x[1]->size(), nv = x[2]->size(), no = out.size();
-    for (std::size_t t = 0; t < kt; ++t) {
-      const T* qd = dot[0] ? dot[0]->data() + t * nq : nullptr;
-      const T* kd = dot[1] ? dot[1]->data() + t * nk : nullptr;
-      const T* vd = dot[2] ? dot[2]->data() + t * nv : nullptr;
-      T* rt = r.data() + t * no;
-      parallel::for_each_piece(b * heads, pair_grain(), [&](std::size_t p0, std::size_t p1) {
-        const std::size_t kb_max = key_block_bound();
-        std::vector<T> p(qb * kb_max), sd(qb * kb_max), c(qb), scratch(pack_size());
-        T* pack = scratch.data();
-        for (std::size_t pair = p0; pair < p1; ++pair) {
-          const std::size_t i = pair / heads, h = pair % heads, kb = block_length(kend[i]);
-          for (std::size_t r0 = 0; r0 < lq; r0 += qb) {
-            const std::size_t qn = std::min(qb, lq - r0);
-            T* rb = rt + (i * lq + r0) * ldv() + h * dv;
-            std::fill_n(c.data(), qn, T(0));
-            for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
-              const std::size_t kn = std::min(kb, kend[i] - c0);
-              const T* pw = weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
-              const T* vb = v + (i * lk + c0) * ldv() + h * dv;
+    // each block's weights are recomputed once and serve every tangent in turn
+    parallel::for_each_piece(b * heads, pair_grain(), [&](std::size_t p0, std::size_t p1) {
+      const std::size_t kb_max = key_block_bound();
+      std::vector<T> p(qb * kb_max), sd(qb * kb_max), c(kt * qb), scratch(pack_size());
+      T* pack = scratch.data();
+      for (std::size_t pair = p0; pair < p1; ++pair) {
+        const std::size_t i = pair / heads, h = pair % heads, kb = block_length(kend[i]);
+        for (std::size_t r0 = 0; r0 < lq; r0 += qb) {
+          const std::size_t qn = std::min(qb, lq - r0);
+          std::fill(c.begin(), c.end(), T(0));
+          for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
+            const std::size_t kn = std::min(kb, kend[i] - c0);
+            const T* pw = weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+            const T* vb = v + (i * lk + c0) * ldv() + h * dv;
+            for (std::size_t t = 0; t < kt; ++t) {
+              const T* qd = dot[0] ? dot[0]->data() + t * nq : nullptr;
+              const T* kd = dot[1] ? dot[1]->data() + t * nk : nullptr;
+              const T* vd = dot[2] ? dot[2]->data() + t * nv : nullptr;
+              T* rb = r.data() + t * no + (i * lq + r0) * ldv() + h * dv;
+              T* ct = c.data() + t * qb;
               bool any = false;  // s_dot nonzero somewhere
               if (!uniform[i] && (qd || kd)) {
                 T beta = T(0);
@@ -306,7 +307,7 @@ struct AttentionOp final : Op<T> {
                     sd[rr * kn + j] *= pw[rr * kn + j];
                     sum += sd[rr * kn + j];
                   }
-                  c[rr] += sum;
+                  ct[rr] += sum;
                 }
                 simd::gemm_small<T>(false, false, qn, dv, kn, T(1), sd.data(), kn, vb, ldv(), c0 == 0 ? T(0) : T(1),
                                       rb, ldv(), pack);
@@ -319,13 +320,17 @@ struct AttentionOp final : Op<T> {
               else if (c0 == 0 && !any)
                 zero_rows(rb, qn, dv, ldv());
             }
-            const T* ob = o + (i * lq + r0) * ldv() + h * dv;
+          }
+          const T* ob = o + (i * lq + r0) * ldv() + h * dv;
+          for (std::size_t t = 0; t < kt; ++t) {
+            T* rb = r.data() + t * no + (i * lq + r0) * ldv() + h * dv;
+            const T* ct = c.data() + t * qb;
             for (std::size_t rr = 0; rr < qn; ++rr)
-              for (std::size_t cc = 0; cc < dv; ++cc) rb[rr * ldv() + cc] -= c[rr] * ob[rr * ldv() + cc];
+              for (std::size_t cc = 0; cc < dv; ++cc) rb[rr * ldv() + cc] -= ct[rr] * ob[rr * ldv() + cc];
           }
         }
-      });
-    }
+      }
+    });
     return r;
   }
 
