@@ -374,14 +374,16 @@ struct TransformerPeer {
   double torch_ms, opacus_ms, torch_mb, opacus_mb;
 };
 // Measured by bench/peers.py (PyTorch 1.13 from Debian, Opacus v1.4.0
-// from source, 2 threads, OpenBLAS single-threaded, 7 timed steps) on 2026-11-28,
-// twice, interleaved with dpgrad-bench's own transformer rows; the faster of the
-// two runs' medians and the smaller peak RSS: the peers' best. (2026-11-27, the
-// same way: 284.4 and 567.8 ms at batch 64, 1502.7 and 2985.1 ms at 256.)
+// from source, 2 threads, OpenBLAS single-threaded, 7 timed steps) on 2026-11-28
+// at 07:19-07:21 UTC on an AMD EPYC Zen 4 (AVX-512, 2 cores), twice, interleaved
+// with dpgrad-bench's own transformer rows; the faster of the two runs' medians
+// and the smaller peak RSS: the peers' best. (The same day at 04:50 on a Zen 3
+// without AVX-512, the same way: 256.5 and 500.1 ms at batch 64, 1399.1 and
+// 2191.6 ms at 256; 2026-11-27: 284.4 and 567.8, 1502.7 and 2985.1 ms.)
 constexpr const char* kTransformerPeersMeasured =
-    "PyTorch 1.13 and Opacus 1.4.0 on this machine kind (AMD EPYC, 2 cores), 2026-11-28, the faster of two runs of "
-    "bench/peers.py alternated with dpgrad-bench";
-const std::vector<TransformerPeer> kTransformerPeers{{64, 256.5, 500.1, 467, 755}, {256, 1399.1, 2191.6, 1039, 1872}};
+    "PyTorch 1.13 and Opacus 1.4.0 on this machine kind (AMD EPYC Zen 4, 2 cores), 2026-11-28, the faster of two "
+    "runs of bench/peers.py alternated with dpgrad-bench";
+const std::vector<TransformerPeer> kTransformerPeers{{64, 190.7, 396.5, 463, 752}, {256, 1095.2, 2168.2, 1067, 1847}};
 
 /// The transformer's side-by-side table over every batch measured, with the
 /// targets of the issue: a non-private step >= 1.5x faster than PyTorch's, ghost
