@@ -307,25 +307,38 @@ struct Kernels {
   static void block(std::size_t r0, std::size_t j0, std::size_t n, std::size_t k, const T* a, std::size_t ra,
                     std::size_t pa, const T* pack, std::size_t np, T beta, T* c, std::size_t ldc) {
     constexpr std::size_t W = V<T>::size;
+    // The loops over the block's rows and vectors are unrolled outright (the pragmas): GCC
+    // then keeps the R NV sums in registers from start to store. Unrolled later on its own,
+    // it kept them in a stack array that every block zeroed, and copied them there and back
+    // after the last product (EXPERIMENTS.md, "Attention's weights recomputed").
     V<T> acc[R][NV];
+    #pragma GCC unroll 8
     for (std::size_t i = 0; i < R; ++i)
+      #pragma GCC unroll 8
       for (std::size_t v = 0; v < NV; ++v) acc[i][v] = V<T>(T(0));
     const T* ar = a + r0 * ra;
     for (std::size_t p = 0; p < k; ++p) {
       V<T> bv[NV];
+      #pragma GCC unroll 8
       for (std::size_t v = 0; v < NV; ++v) bv[v] = V<T>::load_unaligned(pack + p * np + j0 + v * W);
+      #pragma GCC unroll 8
       for (std::size_t i = 0; i < R; ++i) {
         const V<T> av(ar[i * ra + p * pa]);
+        #pragma GCC unroll 8
         for (std::size_t v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(av, bv[v], acc[i][v]);
       }
     }
     if (j0 + NV * W <= n) {  // whole vectors only: every sum goes straight from its register to C
       if (beta == T(0)) {
+        #pragma GCC unroll 8
         for (std::size_t i = 0; i < R; ++i)
+          #pragma GCC unroll 8
           for (std::size_t v = 0; v < NV; ++v) acc[i][v].store_unaligned(c + (r0 + i) * ldc + j0 + v * W);
       } else {
         const V<T> vb(beta);
+        #pragma GCC unroll 8
         for (std::size_t i = 0; i < R; ++i)
+          #pragma GCC unroll 8
           for (std::size_t v = 0; v < NV; ++v) {
             T* cv = c + (r0 + i) * ldc + j0 + v * W;
             xsimd::fma(vb, V<T>::load_unaligned(cv), acc[i][v]).store_unaligned(cv);
@@ -336,9 +349,12 @@ struct Kernels {
     // the block reaches past n: the sums through memory, then C value by value (the
     // accumulators are only ever read whole, so they stay in registers above)
     alignas(64) T sums[R][NV * W];
+    #pragma GCC unroll 8
     for (std::size_t i = 0; i < R; ++i)
+      #pragma GCC unroll 8
       for (std::size_t v = 0; v < NV; ++v) acc[i][v].store_aligned(&sums[i][v * W]);
     const std::size_t cols = std::min(n - j0, NV * W);
+    #pragma GCC unroll 8
     for (std::size_t i = 0; i < R; ++i) {
       T* cr = c + (r0 + i) * ldc + j0;
       for (std::size_t l = 0; l < cols; ++l) cr[l] = beta != T(0) ? sums[i][l] + beta * cr[l] : sums[i][l];
