@@ -176,14 +176,13 @@ struct AttentionOp final : Op<T> {
     }
   }
 
-  /// The attention weights (qn, kn) of those queries and keys, recomputed into p
-  /// from the kept lse. Returns p.
-  const T* weights(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
-                   const T* q, const T* k, T* p, T* pack) const {
+  /// p (qn, kn) = the attention weights of those queries and keys, recomputed from the
+  /// kept lse.
+  void weights(std::size_t i, std::size_t h, std::size_t r0, std::size_t qn, std::size_t c0, std::size_t kn,
+               const T* q, const T* k, T* p, T* pack) const {
     scores(i, h, r0, qn, c0, kn, q, k, p, pack);
     const T* lse_row = lse.data() + (i * heads + h) * lq + r0;
     for (std::size_t r = 0; r < qn; ++r) simd::exp_shifted(p + r * kn, kn, lse_row[r]);
-    return p;
   }
 
   /// ds = p (dp - D) on unmasked scores, 0 on masked ones (their score is a constant).
@@ -232,7 +231,8 @@ struct AttentionOp final : Op<T> {
           for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
             const std::size_t kn = std::min(kb, kend[i] - c0);
             const T beta_k = r0 == 0 ? T(0) : T(1);  // keys: the first query block writes, later ones add
-            const T* pw = weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+            weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+            const T* pw = p.data();
             if (g[2])
               simd::gemm_small<T>(true, false, kn, dv, qn, T(1), pw, kn, gob, ldv(),
                                     fresh[2] ? beta_k : T(1), g[2] + (i * lk + c0) * ldv() + h * dv, ldv(), pack);
@@ -282,7 +282,8 @@ struct AttentionOp final : Op<T> {
           std::fill(c.begin(), c.end(), T(0));
           for (std::size_t c0 = 0; c0 < kend[i]; c0 += kb) {
             const std::size_t kn = std::min(kb, kend[i] - c0);
-            const T* pw = weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+            weights(i, h, r0, qn, c0, kn, q, k, p.data(), pack);
+            const T* pw = p.data();
             const T* vb = v + (i * lk + c0) * ldv() + h * dv;
             for (std::size_t t = 0; t < kt; ++t) {
               const T* qd = dot[0] ? dot[0]->data() + t * nq : nullptr;
