@@ -2,17 +2,34 @@
 #include "engine/runtime.hpp"
 
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 namespace dpgrad {
+
+namespace {
+// The heap's part that back_heap_with_huge_pages() has advised: [start, done).
+// start is 0 until keep_freed_memory() succeeds with huge pages allowed.
+std::mutex heap_mutex;
+std::uintptr_t heap_start = 0, heap_done = 0;
+constexpr std::uintptr_t kHugePage = std::uintptr_t(1) << 21;  // x86-64's and arm64's THP size
+
+bool huge_pages_allowed() {
+  const char* v = std::getenv("DPGRAD_HUGE_PAGES");
+  return !(v && std::string(v) == "0");
+}
+}  // namespace
 
 bool keep_freed_memory() {
 #if defined(__GLIBC__)
@@ -29,9 +46,40 @@ bool keep_freed_memory() {
   bool ok = mallopt(M_MMAP_MAX, 0) == 1;
   ok = mallopt(M_TRIM_THRESHOLD, -1) == 1 && ok;
   ok = mallopt(M_TOP_PAD, 0) == 1 && ok;
+#if defined(__linux__)
+  if (ok && huge_pages_allowed()) {  // the heap from here on (what lies below is small)
+    std::lock_guard<std::mutex> lock(heap_mutex);
+    if (heap_start == 0) {
+      const auto brk = reinterpret_cast<std::uintptr_t>(sbrk(0));
+      heap_start = heap_done = (brk + kHugePage - 1) & ~(kHugePage - 1);
+    }
+  }
+#endif
   return ok;
 #else
   return false;
+#endif
+}
+
+std::size_t back_heap_with_huge_pages() {
+#if defined(__GLIBC__) && defined(__linux__) && defined(MADV_HUGEPAGE)
+  std::lock_guard<std::mutex> lock(heap_mutex);
+  if (heap_start == 0) return 0;
+  // whole huge pages only: the break's last partial one waits for the heap to grow past it
+  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(sbrk(0)) & ~(kHugePage - 1);
+  if (end <= heap_done) return 0;
+  void* from = reinterpret_cast<void*>(heap_done);
+  const std::size_t len = end - heap_done;
+  // Errors leave the pages as they were, which is only slower: a kernel without THP
+  // or without MADV_COLLAPSE (EINVAL) refuses; nothing else is affected.
+  if (madvise(from, len, MADV_HUGEPAGE) == 0) {
+    constexpr int kCollapse = 25;  // MADV_COLLAPSE (Linux 6.1), absent from older headers
+    (void)madvise(from, len, kCollapse);
+  }
+  heap_done = end;
+  return len;
+#else
+  return 0;
 #endif
 }
 

@@ -13,6 +13,7 @@
 
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
+#include "engine/runtime.hpp"
 #include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 
@@ -482,6 +483,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   if (accountant_ && adds_noise())
     accountant_->step(sampling_rate(), accounted_noise_multiplier(), 1, strategy_.jl_dim());
   check_parameters();  // after the accounting: a diverged step was taken, and counts
+  back_heap_with_huge_pages();  // what this step grew the heap by (engine/runtime.hpp)
   return st;
 }
 
