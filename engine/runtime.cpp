@@ -2,8 +2,10 @@
 #include "engine/runtime.hpp"
 
 #include <malloc.h>
+#if defined(__linux__)
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -11,18 +13,19 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <string>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace dpgrad {
 
 namespace {
-// The heap's part that back_heap_with_huge_pages() has advised: [start, done).
-// start is 0 until keep_freed_memory() succeeds with huge pages allowed.
+// The heap's part that back_heap_with_huge_pages() has dealt with, [start, done),
+// and the break it saw at its last call. start is 0 until keep_freed_memory()
+// succeeds with huge pages allowed.
 std::mutex heap_mutex;
-std::uintptr_t heap_start = 0, heap_done = 0;
+std::uintptr_t heap_start = 0, heap_done = 0, heap_seen = 0;
 constexpr std::uintptr_t kHugePage = std::uintptr_t(1) << 21;  // x86-64's and arm64's THP size
 
 bool huge_pages_allowed() {
@@ -51,7 +54,7 @@ bool keep_freed_memory() {
     std::lock_guard<std::mutex> lock(heap_mutex);
     if (heap_start == 0) {
       const auto brk = reinterpret_cast<std::uintptr_t>(sbrk(0));
-      heap_start = heap_done = (brk + kHugePage - 1) & ~(kHugePage - 1);
+      heap_start = heap_done = heap_seen = (brk + kHugePage - 1) & ~(kHugePage - 1);
     }
   }
 #endif
@@ -62,22 +65,35 @@ bool keep_freed_memory() {
 }
 
 std::size_t back_heap_with_huge_pages() {
-#if defined(__GLIBC__) && defined(__linux__) && defined(MADV_HUGEPAGE)
+#if defined(__GLIBC__) && defined(__linux__)
   std::lock_guard<std::mutex> lock(heap_mutex);
   if (heap_start == 0) return 0;
-  // whole huge pages only: the break's last partial one waits for the heap to grow past it
-  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(sbrk(0)) & ~(kHugePage - 1);
-  if (end <= heap_done) return 0;
-  void* from = reinterpret_cast<void*>(heap_done);
-  const std::size_t len = end - heap_done;
-  // Errors leave the pages as they were, which is only slower: a kernel without THP
-  // or without MADV_COLLAPSE (EINVAL) refuses; nothing else is affected.
-  if (madvise(from, len, MADV_HUGEPAGE) == 0) {
-    constexpr int kCollapse = 25;  // MADV_COLLAPSE (Linux 6.1), absent from older headers
-    (void)madvise(from, len, kCollapse);
+  // Whole huge pages below the break seen at the previous call: what a step grew
+  // the heap by waits one call, so that a process of one step (a memory probe)
+  // pays nothing for pages it will not use again.
+  const std::uintptr_t settled = heap_seen & ~(kHugePage - 1);
+  heap_seen = std::max(heap_seen, reinterpret_cast<std::uintptr_t>(sbrk(0)));
+  if (settled <= heap_done) return 0;
+  const std::uintptr_t from = heap_done;
+  heap_done = settled;
+  // Only huge pages whose 4 KiB pages are all resident: collapsing one with a hole
+  // would fill the hole, and the process would hold more memory than it used.
+  const std::size_t small = std::size_t(sysconf(_SC_PAGESIZE)), per = kHugePage / small;
+  std::vector<unsigned char> resident((settled - from) / small);
+  if (small == 0 || kHugePage % small != 0 ||
+      mincore(reinterpret_cast<void*>(from), settled - from, resident.data()) != 0)
+    return 0;
+  constexpr int kCollapse = 25;  // MADV_COLLAPSE (Linux 6.1), absent from older headers
+  std::size_t collapsed = 0;
+  for (std::size_t h = 0; h < resident.size() / per; ++h) {
+    bool whole = true;
+    for (std::size_t q = h * per; q < (h + 1) * per && whole; ++q) whole = (resident[q] & 1) != 0;
+    // A refusal (older kernels: EINVAL; no huge page free: EAGAIN) leaves the
+    // pages as they were, which is only slower.
+    if (whole && madvise(reinterpret_cast<void*>(from + h * kHugePage), kHugePage, kCollapse) == 0)
+      collapsed += kHugePage;
   }
-  heap_done = end;
-  return len;
+  return collapsed;
 #else
   return 0;
 #endif

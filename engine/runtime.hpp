@@ -21,16 +21,18 @@ namespace dpgrad {
 /// the environment to keep 4 KiB pages.
 bool keep_freed_memory();
 
-/// Backs the heap grown since the last call with transparent huge pages (Linux):
-/// marks it MADV_HUGEPAGE and collapses the pages already there (MADV_COLLAPSE,
-/// Linux 6.1 and later; older kernels collapse them in the background). A step
-/// streams through a few hundred MB of arrays, of which 4 KiB pages let the TLB
-/// hold a few MB at a time (the transformer's private step at batch 64: a few
-/// percent faster, docs/library.md, "Speed"). Does nothing unless
-/// keep_freed_memory() is in effect (a heap that is trimmed would give the huge
-/// pages back). A call after a growth takes about 2.7 ms per MB it collapses, once.
-/// Every DPOptimizerT::step ends with a call; a training loop of your own may call
-/// it after each step. Returns the bytes advised by this call (0: nothing new).
+/// Backs the heap with transparent huge pages (Linux 6.1 and later): collapses
+/// (MADV_COLLAPSE) each 2 MiB of the heap whose 4 KiB pages are all in use,
+/// from what lay below the break at the previous call, so a step's growth waits
+/// one call and a process of one step pays nothing. A step streams through a few
+/// hundred MB of arrays, of which 4 KiB pages let the TLB hold a few MB at a time
+/// (the transformer's private step at batch 64: a few percent faster,
+/// docs/library.md, "Speed"). Huge pages with a 4 KiB hole are left as they are:
+/// collapsing them would fill the hole. Does nothing unless keep_freed_memory() is
+/// in effect (a heap that is trimmed would give the huge pages back); older
+/// kernels refuse, and nothing changes. A call that collapses takes about 2.7 ms
+/// per MB, once. Every DPOptimizerT::step ends with a call; a training loop of
+/// your own may call it after each step. Returns the bytes collapsed by this call.
 /// Thread-safe.
 std::size_t back_heap_with_huge_pages();
 
