@@ -8,9 +8,10 @@
 //   synthetic batch of exactly B examples and two DP optimizers on the same
 //   model: `none` and the method. It runs the method's first warm-up step alone
 //   and reads its own VmHWM (the method's peak RSS, in a process that has run
-//   nothing else), then warms up `none`, then times N steps interleaved: none,
-//   method, none, method, ... The ratio to none is the median of the N pairwise
-//   ratios. The `none` row is a child of its own.
+//   nothing else), then warms up `none`, has the warm-up's heap collapsed into
+//   huge pages (back_heap_with_huge_pages, which a step does a step late), then
+//   times N steps interleaved: none, method, none, method, ... The ratio to none
+//   is the median of the N pairwise ratios. The `none` row is a child of its own.
 // - GFLOP/s: the FLOPs of the non-private step's matrix products (bench_gemm.hpp)
 //   divided by the method's median step time, so every method is rated on the
 //   same useful work; the same shapes through a plain blas::gemm loop give what
@@ -186,7 +187,14 @@ int run_child(const Options& o) {
       if (!paired) {
         gemm_loop.emplace(step_gemms(model_name, b, kSequenceLength));
         gemm_loop->pass();  // warm-up
+        method.step_ms(batch);  // a step beside the loop's buffers: the heap takes its final shape
+        gemm_loop->pass();
       }
+      // the warm-up's heap into huge pages now, not in a timed step: a call
+      // collapses what lay below the break at the call before (engine/runtime.hpp),
+      // so the second one here takes everything up to now
+      back_heap_with_huge_pages();
+      back_heap_with_huge_pages();
       std::vector<double> tm, tn, tg;
       profile::reset();  // DPGRAD_PROFILE: the timed steps only
       for (long i = 0; i < o.steps; ++i) {
@@ -751,7 +759,8 @@ void write_markdown(const std::string& path, const std::string& command, const s
      << fmt::format("- Date: {}\n", utc_now()) << fmt::format("- Command: `{}`\n", command)
      << fmt::format("- Total time: {:.0f} s\n\n", total_s)
      << "How it measures: every row is its own child process. The method's first step runs alone and its peak RSS "
-        "(VmHWM, whole process) is read right after; then `none` and the method are timed interleaved (none, "
+        "(VmHWM, whole process) is read right after; after the warm-up, whose heap is collapsed into huge pages "
+        "(docs/library.md, \"Speed\"), `none` and the method are timed interleaved (none, "
         "method, none, method, ...) on the same fixed synthetic batch, and the ratio to none is the median of "
         "the pairwise ratios. `step MB` is the peak minus the RSS before the first step. GFLOP/s = the FLOPs "
         "of the non-private step's matrix products (forward x W, dW = x^T dy, dx = dy W^T except on the input "
