@@ -21,16 +21,19 @@
 namespace dpgrad {
 
 namespace {
-// The heap's part that back_heap_with_huge_pages() has dealt with, [start, done),
-// and the break it saw at its last call. start is 0 until keep_freed_memory()
-// succeeds with huge pages allowed.
+// The end of the heap's part that back_heap_with_huge_pages() has dealt with, and
+// the break it saw at its last call; both 0 until keep_freed_memory() succeeds with
+// huge pages allowed (then the break rounded up: what lies below is small).
 std::mutex heap_mutex;
-std::uintptr_t heap_start = 0, heap_done = 0, heap_seen = 0;
+std::uintptr_t heap_done = 0, heap_seen = 0;
 constexpr std::uintptr_t kHugePage = std::uintptr_t(1) << 21;  // x86-64's and arm64's THP size
 
 bool huge_pages_allowed() {
   const char* v = std::getenv("DPGRAD_HUGE_PAGES");
-  return !(v && std::string(v) == "0");
+  if (!v || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  std::fprintf(stderr, "dpgrad: DPGRAD_HUGE_PAGES='%s' is neither 0 nor 1; using huge pages\n", v);
+  return true;
 }
 }  // namespace
 
@@ -50,11 +53,11 @@ bool keep_freed_memory() {
   ok = mallopt(M_TRIM_THRESHOLD, -1) == 1 && ok;
   ok = mallopt(M_TOP_PAD, 0) == 1 && ok;
 #if defined(__linux__)
-  if (ok && huge_pages_allowed()) {  // the heap from here on (what lies below is small)
+  if (ok && huge_pages_allowed()) {
     std::lock_guard<std::mutex> lock(heap_mutex);
-    if (heap_start == 0) {
+    if (heap_done == 0) {
       const auto brk = reinterpret_cast<std::uintptr_t>(sbrk(0));
-      heap_start = heap_done = heap_seen = (brk + kHugePage - 1) & ~(kHugePage - 1);
+      heap_done = heap_seen = (brk + kHugePage - 1) & ~(kHugePage - 1);
     }
   }
 #endif
@@ -67,7 +70,7 @@ bool keep_freed_memory() {
 std::size_t back_heap_with_huge_pages() {
 #if defined(__GLIBC__) && defined(__linux__)
   std::lock_guard<std::mutex> lock(heap_mutex);
-  if (heap_start == 0) return 0;
+  if (heap_done == 0) return 0;
   // Whole huge pages below the break seen at the previous call: what a step grew
   // the heap by waits one call, so that a process of one step (a memory probe)
   // pays nothing for pages it will not use again.
@@ -78,11 +81,11 @@ std::size_t back_heap_with_huge_pages() {
   heap_done = settled;
   // Only huge pages whose 4 KiB pages are all resident: collapsing one with a hole
   // would fill the hole, and the process would hold more memory than it used.
-  const std::size_t small = std::size_t(sysconf(_SC_PAGESIZE)), per = kHugePage / small;
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || kHugePage % std::uintptr_t(page) != 0) return 0;
+  const std::size_t small = std::size_t(page), per = kHugePage / small;
   std::vector<unsigned char> resident((settled - from) / small);
-  if (small == 0 || kHugePage % small != 0 ||
-      mincore(reinterpret_cast<void*>(from), settled - from, resident.data()) != 0)
-    return 0;
+  if (mincore(reinterpret_cast<void*>(from), settled - from, resident.data()) != 0) return 0;
   constexpr int kCollapse = 25;  // MADV_COLLAPSE (Linux 6.1), absent from older headers
   std::size_t collapsed = 0;
   for (std::size_t h = 0; h < resident.size() / per; ++h) {

@@ -22,13 +22,13 @@ namespace dpgrad {
 bool keep_freed_memory();
 
 /// Backs the heap with transparent huge pages (Linux 6.1 and later): collapses
-/// (MADV_COLLAPSE) each 2 MiB of the heap whose 4 KiB pages are all in use,
+/// (MADV_COLLAPSE) each 2 MiB of the heap whose 4 KiB pages are all resident,
 /// from what lay below the break at the previous call, so a step's growth waits
 /// one call and a process of one step pays nothing. A step streams through a few
 /// hundred MB of arrays, of which 4 KiB pages let the TLB hold a few MB at a time
 /// (the transformer's private step at batch 64: a few percent faster,
-/// docs/library.md, "Speed"). Huge pages with a 4 KiB hole are left as they are:
-/// collapsing them would fill the hole. Does nothing unless keep_freed_memory() is
+/// docs/library.md, "Speed"). A 2 MiB with a page not resident is left as it is:
+/// collapsing it would fill the hole. Does nothing unless keep_freed_memory() is
 /// in effect (a heap that is trimmed would give the huge pages back); older
 /// kernels refuse, and nothing changes. A call that collapses takes about 2.7 ms
 /// per MB, once. Every DPOptimizerT::step ends with a call; a training loop of

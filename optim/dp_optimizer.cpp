@@ -483,7 +483,7 @@ StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
   if (accountant_ && adds_noise())
     accountant_->step(sampling_rate(), accounted_noise_multiplier(), 1, strategy_.jl_dim());
   check_parameters();  // after the accounting: a diverged step was taken, and counts
-  back_heap_with_huge_pages();  // what this step grew the heap by (engine/runtime.hpp)
+  back_heap_with_huge_pages();  // the heap the step before this one left, into huge pages (engine/runtime.hpp)
   return st;
 }
 
