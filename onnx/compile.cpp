@@ -167,6 +167,7 @@ std::size_t Compiler::uses(const std::string& value) const {
 void Compiler::define(std::size_t out, Value v) {
   if (out >= node->outputs.size() || node->outputs[out].empty()) return;
   if (v.kind == Value::Kind::tensor || v.kind == Value::Kind::ints) check_size(v.shape, "output '" + node->outputs[out] + "'");
+  charge_value(v);
   if (v.slot >= 0) prog->slots[std::size_t(v.slot)].name = node->outputs[out];
   values_[node->outputs[out]] = std::move(v);
 }
@@ -379,6 +380,7 @@ int Compiler::as_tensor(const Value& v, bool exact_use) {
         const auto it = const_slots_.find(key);
         if (it != const_slots_.end()) return it->second;
       }
+      if (key.empty()) charge_fold(v.shape, sizeof(double));  // static ints: a new array at each use
       auto data = std::make_shared<const ArrayT<double>>(constant_array(v));
       const int slot = new_slot(false, v.shape, "constant");
       Instr& i = emit(Code::constant, {}, {slot});
@@ -418,6 +420,7 @@ int Compiler::as_tensor(const Value& v, bool exact_use) {
 int Compiler::as_ints(const Value& v) {
   if (v.kind == Value::Kind::ints) return v.slot;
   if (v.kind == Value::Kind::static_ints) {
+    charge_fold(v.shape, sizeof(Dim));  // a copy at each use
     const int slot = new_slot(true, v.shape, "integers");
     Instr& i = emit(Code::int_constant, {}, {slot});
     i.dims = v.sints;
@@ -717,6 +720,7 @@ void Compiler::op_constant_of_shape() {
   v.shape = shape;
   v.elem = elem;
   if (all_fixed(shape)) {
+    check_fold(shape, is_float_type(elem) ? sizeof(double) : sizeof(Dim));
     if (is_float_type(elem)) {
       v.kind = Value::Kind::const_float;
       ArrayT<double> a = ArrayT<double>::from_shape(fixed_shape(shape));
@@ -800,6 +804,7 @@ void Compiler::op_compare() {
   const Value &a = in(0), &b = in(1);
   const SymShape out = broadcast(a.shape, b.shape);
   if (a.kind == Value::Kind::static_ints && b.kind == Value::Kind::static_ints) {
+    check_fold(out, sizeof(Dim));
     Value v;
     v.kind = Value::Kind::static_ints;
     v.elem = kBool;
@@ -856,6 +861,7 @@ void Compiler::op_where() {
   const Value &c = in(0), &x = in(1), &y = in(2);
   const SymShape out = broadcast(c.shape, broadcast(x.shape, y.shape));
   if (c.kind == Value::Kind::static_ints && x.kind == Value::Kind::static_ints && y.kind == Value::Kind::static_ints) {
+    check_fold(out, 3 * sizeof(Dim));  // the pairs, then the result
     const Shape so = fixed_shape(out);
     const auto cx = broadcast_apply(c.sints, fixed_shape(c.shape), x.sints, fixed_shape(x.shape), so,
                                     [](Dim k, Dim a) { return std::pair<Dim, Dim>{k, a}; });
@@ -889,6 +895,7 @@ void Compiler::op_arith() {
   const int code = op == "Add" ? 0 : op == "Sub" ? 1 : op == "Mul" ? 2 : 3;
   if (a.kind == Value::Kind::static_ints && b.kind == Value::Kind::static_ints) {
     const std::string where = g.path + ": " + node->label();
+    check_fold(out, sizeof(Dim));
     Value v;
     v.kind = Value::Kind::static_ints;
     v.shape = out;
@@ -1146,6 +1153,7 @@ void Compiler::op_concat() {
   const bool all_static = std::all_of(xs.begin(), xs.end(), [](const Value* x) { return x->kind == Value::Kind::static_ints; });
   if (all_static) {
     if (!all_fixed(out)) fail("joins batch-dependent shapes of integers");
+    check_fold(out, sizeof(Dim));
     Value v;
     v.kind = Value::Kind::static_ints;
     v.shape = out;
@@ -1253,6 +1261,7 @@ void Compiler::op_gather() {
       index.push_back(std::size_t(i < 0 ? i + d.c : i));
     }
     if (x.kind == Value::Kind::static_ints) {
+      check_fold(out, sizeof(Dim));
       Value v = x;
       v.shape = out;
       v.sints = take_along(x.sints, fixed_shape(x.shape), a, index);
@@ -1296,6 +1305,7 @@ void Compiler::op_expand() {
   check_size(out, "its output");
   if (x.kind == Value::Kind::static_ints) {
     if (!all_fixed(out)) fail("expands integers to a batch-dependent shape");
+    check_fold(out, sizeof(Dim));
     Value v = x;
     v.shape = out;
     const std::vector<Dim> zero(1, Dim{0, 0});

@@ -87,6 +87,15 @@ class Compiler {
   /// Refuses a shape with more than `max_tensor_elements` at batch 1, or per unit of B.
   void check_size(const SymShape& s, const std::string& what) const;
 
+  // ---- memory bounds (onnx/limits.cpp) ----
+  /// Refuses, before it is built, a value folded at load time of shape `s` and
+  /// `element_bytes` per element that would take the values computed at load
+  /// time past max_constant_bytes; charge_fold also counts it (a copy no value holds).
+  void check_fold(const SymShape& s, std::size_t element_bytes) const;
+  void charge_fold(const SymShape& s, std::size_t element_bytes);
+  /// Counts a folded value the node defines (a const_float array once) against max_constant_bytes.
+  void charge_value(const Value& v);
+
   // ---- parameters ----
   /// The parameter of initializer `init` in layout `key` (built by `make` on
   /// first use: its shape and source index map). Another layout of the same
@@ -154,6 +163,8 @@ class Compiler {
   std::set<std::string> fused_;               // nodes folded into an earlier one (a MatMul's bias Add)
   std::size_t first_instr_ = 0;               // the node's first instruction
   std::size_t node_index_ = 0;
+  double constant_bytes_ = 0;                 // values computed at load time (onnx/limits.cpp)
+  std::set<const void*> charged_;             // const_float arrays counted in constant_bytes_
   friend struct FusedAdd;
 
  public:

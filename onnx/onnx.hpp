@@ -33,6 +33,13 @@ struct LoadOptions {
   /// one tensor's elements (at batch size 1 for tensors that grow with it).
   std::size_t max_file_bytes = std::size_t(1) << 31;
   std::size_t max_tensor_elements = std::size_t(1) << 28;
+  /// Bounds on the memory a model may take, checked before it is built or run
+  /// (docs/onnx.md, "Bad input"): the forward pass's tensors for each example
+  /// (their part that grows with the batch), and the values computed at load
+  /// time (folded constants) with the tensors of the forward pass that do not
+  /// grow with the batch. The file's own tensors are bounded by max_file_bytes.
+  std::size_t max_bytes_per_example = std::size_t(1) << 30;
+  std::size_t max_constant_bytes = std::size_t(1) << 30;
   /// Seed of the dropout masks the model draws in training mode.
   std::uint64_t dropout_seed = 0;
 };

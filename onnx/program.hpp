@@ -140,4 +140,9 @@ struct Program {
 /// Reads and checks the file, then compiles its graph (onnx/read.cpp, onnx/compile.cpp).
 std::shared_ptr<const Program> read_program(const std::string& path, const LoadOptions& options);
 
+/// Refuses a program whose forward pass needs more than max_bytes_per_example
+/// for each example, or more than max_constant_bytes whatever the batch size,
+/// with `float_bytes` per float (onnx/limits.cpp): the node that passes the limit named.
+void check_memory(const Program& p, const LoadOptions& options, std::size_t float_bytes);
+
 }  // namespace dpgrad::onnx::detail

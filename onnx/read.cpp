@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -286,8 +287,15 @@ Graph read_graph(const std::string& path, const LoadOptions& o, std::shared_ptr<
   Graph g;
   g.path = path;
   std::int64_t opset = -1;
-  for (const auto& imp : model->opset_import())
-    if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = imp.version();
+  std::set<std::string> domains;  // a domain imported twice: which version holds would depend on the order
+  for (const auto& imp : model->opset_import()) {
+    const bool default_domain = imp.domain().empty() || imp.domain() == "ai.onnx";
+    const std::string domain = default_domain ? "ai.onnx" : imp.domain();
+    if (!domains.insert(domain).second)
+      fail(path, "the model imports domain '" + domain + "' twice (opset " + std::to_string(imp.version()) +
+                     " and an earlier one): one opset import per domain");
+    if (default_domain) opset = imp.version();
+  }
   if (opset < 0) fail(path, "the model imports no opset of the default ONNX domain");
   if (opset < kMinOpset || opset > kMaxOpset)
     fail(path, "the model uses opset " + std::to_string(opset) + " of the default domain; dpgrad reads opsets " +

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,16 @@ namespace dpgrad::onnx {
 namespace detail {
 
 using Perm = std::vector<std::size_t>;
+
+/// An allocation failure in a forward pass, naming the model's file.
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
 
 template <class T>
 struct Runtime {
@@ -826,8 +837,13 @@ TensorT<T> OnnxModelT<T>::forward(const BatchT<T>& batch) {
       throw std::invalid_argument(name() + ": no exact per-sample rule covers " + list +
                                   ". The naive and jl:K strategies run this model; or freeze the parameter (--freeze)");
     }
-  detail::Executor<T> run(p, *runtime_, batch, this->training(), name());
-  return run.run();
+  try {
+    detail::Executor<T> run(p, *runtime_, batch, this->training(), name());
+    return run.run();
+  } catch (const std::bad_alloc&) {  // still a std::bad_alloc (programs say how to need less), naming the file
+    throw detail::OutOfMemory(name() + ": out of memory in the forward pass at batch size " +
+                              std::to_string(batch.size()));
+  }
 }
 
 template <class T>
@@ -925,7 +941,14 @@ std::vector<std::pair<std::string, ArrayT<T>>> OnnxModelT<T>::to_initializer_lay
 
 template <class T>
 std::unique_ptr<OnnxModelT<T>> load(const std::string& path, const LoadOptions& options) {
-  return std::make_unique<OnnxModelT<T>>(detail::read_program(path, options), options.dropout_seed);
+  try {
+    std::shared_ptr<const detail::Program> program = detail::read_program(path, options);
+    detail::check_memory(*program, options, sizeof(T));
+    return std::make_unique<OnnxModelT<T>>(std::move(program), options.dropout_seed);
+  } catch (const std::bad_alloc&) {
+    throw OnnxError(path + ": out of memory while loading the model (its limits, LoadOptions::max_bytes_per_example "
+                           "and max_constant_bytes, are above what this machine has)");
+  }
 }
 
 template class OnnxModelT<float>;
