@@ -9,11 +9,15 @@
 namespace dpgrad {
 
 std::string MixedBy::str() const {
-  std::string r = op.empty() ? std::string("an op") : op;
-  if (!detail.empty()) r += " " + detail;
+  std::string r = op.empty() && node.empty() ? std::string("an op") : op;
+  if (!detail.empty()) r += (r.empty() ? "" : " ") + detail;
+  if (!node.empty()) r = node + ": " + r;
   if (what == What::statistics)
     r += " (statistics over the batch, as batch normalisation takes, mix samples: GroupNorm and LayerNorm "
          "normalise within a sample)";
+  if (what == What::batch_size)
+    r += " (the batch size is private: one record changes it by one, so it may shape tensors along the "
+         "per-sample axis but no value may depend on it; see docs/per-sample.md)";
   return r;
 }
 
@@ -25,7 +29,7 @@ std::string mixing_explained(const Samples& s) {
 Samples samples_named(Samples out, std::span<const Samples> in, const char* op) {
   if (out.kind != Samples::Kind::mixed) return out;
   if (out.by) {
-    if (out.by->op.empty()) {  // mixed here: the rule said how, this is the op
+    if (out.by->op.empty() && out.by->node.empty()) {  // mixed here: the rule said how, this is the op
       MixedBy by = *out.by;
       by.op = op;
       out.by = std::make_shared<const MixedBy>(std::move(by));
@@ -39,7 +43,7 @@ Samples samples_named(Samples out, std::span<const Samples> in, const char* op) 
     }
   for (const auto& s : in)
     if (!s.is_none() && s.kind != Samples::Kind::mixed) {
-      out.by = std::make_shared<const MixedBy>(MixedBy{MixedBy::What::other, op, "mixes its input's " + s.str()});
+      out.by = std::make_shared<const MixedBy>(MixedBy{MixedBy::What::other, op, "mixes its input's " + s.str(), ""});
       return out;
     }
   return out;

@@ -24,12 +24,15 @@ struct MixedBy {
     reshape,     // a reshape that merges the per-sample axis with another
     product,     // a product whose second factor (a weight) holds samples
     other,       // anything else: joins, broadcasts, an op without a samples rule
+    batch_size,  // a value computed from the batch size, which is private
   };
   What what = What::other;
   std::string op;      // the op's name ("sum", "reshape", "matmul"); apply() fills it in
   std::string detail;  // what it did: "over the per-sample axis 0", ...
-  /// "sum over the per-sample axis 0 (statistics over the batch, as batch
-  /// normalisation takes: ...)": the hint is given for statistics only.
+  std::string node;    // the model's node it ran for ("node 'n' (ReduceSum)" in an ONNX graph), if known
+  /// "node 'n' (ReduceSum): sum over the per-sample axis 0 (statistics over
+  /// the batch, as batch normalisation takes: ...)": the hint is given for
+  /// statistics and for the batch size.
   std::string str() const;
 };
 
@@ -62,7 +65,14 @@ struct Samples {
   static Samples mixed() { return {Kind::mixed, 0, 0, 1, nullptr}; }
   /// Mixed here, by the op being applied: `detail` says what it did.
   static Samples mixed(MixedBy::What what, std::string detail) {
-    return {Kind::mixed, 0, 0, 1, std::make_shared<const MixedBy>(MixedBy{what, "", std::move(detail)})};
+    return {Kind::mixed, 0, 0, 1, std::make_shared<const MixedBy>(MixedBy{what, "", std::move(detail), ""})};
+  }
+  /// Mixed because the value depends on the batch size: under Poisson sampling
+  /// one record changes it by one, so a value computed from it is every
+  /// sample's (docs/per-sample.md, "The batch size"). `node` names where.
+  static Samples batch_size(std::string node, std::string detail) {
+    return {Kind::mixed, 0, 0, 1,
+            std::make_shared<const MixedBy>(MixedBy{MixedBy::What::batch_size, "", std::move(detail), std::move(node)})};
   }
   static Samples subset(std::size_t axis) { return {Kind::subset, axis, 0, 1, nullptr}; }
   bool is_none() const { return kind == Kind::none; }

@@ -211,6 +211,10 @@ Instr& Compiler::emit(Code code, std::vector<int> ins, std::vector<int> outs) {
   i.in = std::move(ins);
   i.out = std::move(outs);
   i.node = node ? node->label() : "graph";
+  bool data = code == Code::input_features || code == Code::input_tokens;
+  for (int s : i.in) data = data || (s >= 0 && prog->slots[std::size_t(s)].data);
+  for (int s : i.out)
+    if (s >= 0) prog->slots[std::size_t(s)].data = data;
   prog->instrs.push_back(std::move(i));
   return prog->instrs.back();
 }
@@ -373,6 +377,11 @@ int Compiler::as_tensor(const Value& v, bool exact_use) {
     case Value::Kind::tensor: return v.slot;
     case Value::Kind::const_float:
     case Value::Kind::static_ints: {
+      if (batch_dependent(v)) {  // the batch size read as data: computed at run time, mixed by it
+        const int slot = new_slot(false, v.shape, "batch size");
+        emit(Code::to_float, {as_ints(v)}, {slot});
+        return slot;
+      }
       const std::string key = v.kind == Value::Kind::const_float
                                   ? "f" + std::to_string(reinterpret_cast<std::uintptr_t>(v.cf.get()))
                                   : "";
@@ -639,6 +648,7 @@ void Compiler::compile_node() {
       {"BatchNormalization", &Compiler::op_batch_norm},
       {"LayerNormalization", &Compiler::op_layer_norm},
       {"LSTM", &Compiler::op_rnn},                {"GRU", &Compiler::op_rnn},
+      {"Size", &Compiler::op_size},               {"Range", &Compiler::op_range},
   };
   const auto it = handlers.find(node->op);
   if (it == handlers.end())
@@ -751,16 +761,20 @@ void Compiler::op_cast() {
     fail("casts to " + type_name(to) + ", which dpgrad does not compute with");
   Value v = x;
   v.elem = to;
+  if (batch_dependent(x) && (to_float || to == kBool)) {  // the batch size as a value: at run time
+    v = to_float ? tensor_value(as_tensor(x)) : ints_value(new_slot(true, x.shape, ""));
+    if (!to_float) emit(Code::int_unary, {as_ints(x)}, {v.slot}).ints = {2};
+    v.elem = to;
+    define(0, v);
+    return;
+  }
   switch (x.kind) {
     case Value::Kind::static_ints:
       if (to_float) {
         v.kind = Value::Kind::const_float;
         v.cf = std::make_shared<const ArrayT<double>>(constant_array(x));
       } else if (to == kBool) {
-        for (auto& d : v.sints) {
-          if (!d.fixed()) fail("casts a batch-dependent size to BOOL");
-          d.c = d.c != 0;
-        }
+        for (auto& d : v.sints) d.c = d.c != 0;
       }
       break;
     case Value::Kind::const_float:
@@ -803,19 +817,24 @@ void Compiler::op_cast() {
 void Compiler::op_compare() {
   const Value &a = in(0), &b = in(1);
   const SymShape out = broadcast(a.shape, b.shape);
-  if (a.kind == Value::Kind::static_ints && b.kind == Value::Kind::static_ints) {
+  // c + b B = c' + b' B for no batch size B >= 0, for all, or for one: the last is the batch size as a value
+  const auto known = [](Dim x, Dim y) {
+    const Dim d = dim_sub(x, y);
+    return d.b == 0 || d.c % d.b != 0 || -d.c / d.b < 0;
+  };
+  const auto never = [](Dim x, Dim y) { return !(x == y); };
+  bool folds = a.kind == Value::Kind::static_ints && b.kind == Value::Kind::static_ints;
+  if (folds)
+    broadcast_apply(a.sints, fixed_shape(a.shape), b.sints, fixed_shape(b.shape), fixed_shape(out),
+                    [&](Dim x, Dim y) { return folds = folds && known(x, y); });
+  if (folds) {
     check_fold(out, sizeof(Dim));
     Value v;
     v.kind = Value::Kind::static_ints;
     v.elem = kBool;
     v.shape = out;
     const auto r = broadcast_apply(a.sints, fixed_shape(a.shape), b.sints, fixed_shape(b.shape), fixed_shape(out),
-                                   [&](Dim x, Dim y) {
-                                     if (x == y) return Dim{1, 0};
-                                     if (x.fixed() && y.fixed()) return Dim{0, 0};
-                                     fail("compares " + dim_str(x) + " with " + dim_str(y) +
-                                          ", whose answer depends on the batch size");
-                                   });
+                                   [&](Dim x, Dim y) { return Dim{never(x, y) ? 0 : 1, 0}; });
     v.sints = r;
     define(0, v);
     return;
@@ -831,12 +850,9 @@ void Compiler::op_compare() {
 
 void Compiler::op_not() {
   const Value& a = in(0);
-  if (a.kind == Value::Kind::static_ints) {
+  if (a.kind == Value::Kind::static_ints && !batch_dependent(a)) {
     Value v = a;
-    for (auto& d : v.sints) {
-      if (!d.fixed()) fail("negates a batch-dependent value");
-      d.c = d.c == 0;
-    }
+    for (auto& d : v.sints) d.c = d.c == 0;
     define(0, v);
     return;
   }
@@ -860,15 +876,14 @@ void Compiler::op_logic() {
 void Compiler::op_where() {
   const Value &c = in(0), &x = in(1), &y = in(2);
   const SymShape out = broadcast(c.shape, broadcast(x.shape, y.shape));
-  if (c.kind == Value::Kind::static_ints && x.kind == Value::Kind::static_ints && y.kind == Value::Kind::static_ints) {
+  if (c.kind == Value::Kind::static_ints && !batch_dependent(c) && x.kind == Value::Kind::static_ints &&
+      y.kind == Value::Kind::static_ints) {
     check_fold(out, 3 * sizeof(Dim));  // the pairs, then the result
     const Shape so = fixed_shape(out);
     const auto cx = broadcast_apply(c.sints, fixed_shape(c.shape), x.sints, fixed_shape(x.shape), so,
                                     [](Dim k, Dim a) { return std::pair<Dim, Dim>{k, a}; });
-    std::vector<Dim> r = broadcast_apply(cx, so, y.sints, fixed_shape(y.shape), so, [&](std::pair<Dim, Dim> ka, Dim b) {
-      if (!ka.first.fixed()) fail("its condition depends on the batch size");
-      return ka.first.c != 0 ? ka.second : b;
-    });
+    std::vector<Dim> r = broadcast_apply(cx, so, y.sints, fixed_shape(y.shape), so,
+                                         [&](std::pair<Dim, Dim> ka, Dim b) { return ka.first.c != 0 ? ka.second : b; });
     Value v;
     v.kind = Value::Kind::static_ints;
     v.shape = out;

@@ -38,6 +38,8 @@ Dim dim_sub(Dim a, Dim b);
 Dim dim_mul(Dim a, Dim b, const std::string& where);
 Dim dim_div(Dim a, Dim b, const std::string& where);
 std::string dim_str(Dim d);
+/// Static integers with the batch size in them (onnx/batch_size.cpp).
+bool batch_dependent(const Value& v);
 
 class Compiler {
  public:
@@ -137,6 +139,9 @@ class Compiler {
   void op_expand();
   void op_pad();
   void op_dropout();
+  // onnx/batch_size.cpp
+  void op_size();
+  void op_range();
   // onnx/compile_nn.cpp
   void op_gemm();
   void op_matmul();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/array.hpp"
+#include "engine/samples.hpp"
 #include "onnx/onnx.hpp"
 
 namespace onnx {
@@ -35,9 +36,10 @@ enum class Code : std::uint16_t {
   input_features,  // out: the batch's inputs (B, ...)
   input_tokens,    // out: the batch's tokens as ints (B, L)
   constant,        // out: data (float)
-  int_constant,    // out: ints (dims: values as c + b B; shape in shape0)
+  int_constant,    // out: ints (dims: values as c + b B, mixed by the batch size when one has b != 0; shape in shape0)
   fill,            // out: float constant of symbolic shape0, value reals[0]
   int_fill,        // out: ints of symbolic shape0, value ints[0]
+  range,           // out: ints of shape0 (n), ints[0] + k ints[1] for k < n: the batch size as values
   param,           // out: parameter `param`
   // elementwise
   unary,           // in: x; ints[0] = Unary kind; reals[0] = its constant
@@ -100,6 +102,7 @@ struct Slot {
   bool ints = false;  // an integer (or boolean) array, not a float tensor
   SymShape shape;
   std::string name;   // the ONNX value
+  bool data = false;  // computed from the batch's input (else from constants, parameters and the batch size)
 };
 
 /// One parameter: the elements of an initializer, rearranged to the layout the
@@ -136,6 +139,15 @@ struct Program {
   std::vector<std::string> inexact;
   std::shared_ptr<const ::onnx::ModelProto> proto;  // the file, with external data inlined (export writes it back)
 };
+
+/// The samples of a tensor of shape `s` at batch size `batch` that holds no
+/// sample's data and is alike along its batch axis (a fill, a broadcast): each
+/// row along that axis stands beside one sample; a shape the batch size enters
+/// otherwise is mixed by the batch size at `node` (onnx/batch_size.cpp).
+Samples filled_samples(const SymShape& s, std::size_t batch, const std::string& node);
+/// `s`, mixed by the instruction of `node`, with the node named; `data` false
+/// (no input holds the batch's data): mixed by the batch size.
+Samples named_mixing(const Samples& s, const std::string& node, bool data);
 
 /// Reads and checks the file, then compiles its graph (onnx/read.cpp, onnx/compile.cpp).
 std::shared_ptr<const Program> read_program(const std::string& path, const LoadOptions& options);

@@ -85,11 +85,16 @@ class Executor {
   TensorT<T> run() {
     for (std::size_t k = 0; k < p_.instrs.size(); ++k) {
       instr_ = &p_.instrs[k];
+      const bool mixed_before = std::any_of(instr_->in.begin(), instr_->in.end(), [&](int s) {
+        return s >= 0 && samples_at(s).kind == Samples::Kind::mixed;
+      });
       try {
         exec(k);
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(model_ + ": " + instr_->node + ": " + e.what());
       }
+      for (int s : instr_->out)
+        if (s >= 0) name_samples(s, mixed_before);
     }
     return logical(p_.output_slot);
   }
@@ -106,6 +111,27 @@ class Executor {
 
   Held<T>& at(int slot) { return env_[std::size_t(slot)]; }
   bool prog_slot_ints(int slot) const { return p_.slots[std::size_t(slot)].ints; }
+  /// Where the slot's samples are (kept on the node for a float tensor).
+  Samples& samples_at(int slot) {
+    Held<T>& h = at(slot);
+    if (prog_slot_ints(slot) || !h.t.defined()) return h.samples;
+    return h.t.node()->samples;
+  }
+  /// After an instruction: samples it mixed get its node named (and the batch
+  /// size as the reason when no input holds data); a tensor the batch size
+  /// shapes that still holds no samples is mixed by the batch size, as nothing
+  /// says how its rows line up with the samples (docs/per-sample.md).
+  void name_samples(int slot, bool mixed_before) {
+    Samples& s = samples_at(slot);
+    for (int in : instr_->in)  // passed through: an input's (perhaps a constant's), not this instruction's
+      if (in >= 0 && &samples_at(in) == &s) return;
+    const Slot& info = p_.slots[std::size_t(slot)];
+    if (s.kind == Samples::Kind::mixed && !mixed_before && !(s.by && !s.by->node.empty()))
+      s = named_mixing(s, instr_->node, info.data);
+    else if (s.is_none() && std::any_of(info.shape.begin(), info.shape.end(), [](Dim d) { return !d.fixed(); }))
+      s = Samples::batch_size(instr_->node, "holds a tensor of shape " + sym_str(info.shape) +
+                                                " that no sample's data fills, its rows in no known order");
+  }
   void set(int slot, TensorT<T> t, Perm perm = {}) {
     if (slot < 0) return;
     Held<T>& h = at(slot);
@@ -247,7 +273,7 @@ void Executor<T>::exec(std::size_t k) {
     case Code::fill: {
       ArrayT<T> a = ArrayT<T>::from_shape(shape0());
       a.fill(T(i.reals[0]));
-      set(i.out[0], constant<T>(std::move(a)));
+      set(i.out[0], labelled_constant<T>(std::move(a), filled_samples(i.shape0, b_, i.node)));
       return;
     }
     case Code::unary: {
@@ -441,7 +467,12 @@ void Executor<T>::exec(std::size_t k) {
     }
     case Code::expand:
       if (prog_slot_ints(i.in[0])) break;
-      set(i.out[0], broadcast_to(in(0), shape0()));
+      {
+        const TensorT<T> x = in(0);
+        const Samples s = x.samples().is_none() ? filled_samples(i.shape0, b_, i.node) : Samples::none();
+        if (s.is_none()) set(i.out[0], broadcast_to(x, shape0()));
+        else set(i.out[0], add(x, labelled_constant<T>(xt::zeros<T>(shape0()), s)));  // its copies along the batch axis
+      }
       return;
     case Code::take:
       if (prog_slot_ints(i.in[0])) break;
@@ -494,14 +525,29 @@ void Executor<T>::exec_int(const Instr& i) {
   switch (i.code) {
     case Code::int_constant: {
       I a = I::from_shape(shape0());
-      for (std::size_t e = 0; e < a.size(); ++e) a.data()[e] = i.dims[e].at(b_);
-      set_ints(i.out[0], std::move(a), Samples::none());
+      bool batch = false;
+      for (std::size_t e = 0; e < a.size(); ++e) {
+        a.data()[e] = i.dims[e].at(b_);
+        batch = batch || !i.dims[e].fixed();
+      }
+      set_ints(i.out[0], std::move(a),
+               batch ? Samples::batch_size(i.node, "reads the batch size as a value (a shape or size read as data)")
+                     : Samples::none());
       return;
     }
     case Code::int_fill: {
       I a = I::from_shape(shape0());
       a.fill(i.ints[0]);
-      set_ints(i.out[0], std::move(a), Samples::none());
+      set_ints(i.out[0], std::move(a), filled_samples(i.shape0, b_, i.node));
+      return;
+    }
+    case Code::range: {
+      I a = I::from_shape(shape0());
+      const std::int64_t start = i.dims[0].at(b_);
+      for (std::size_t e = 0; e < a.size(); ++e) a.data()[e] = start + std::int64_t(e) * i.ints[0];
+      set_ints(i.out[0], std::move(a),
+               Samples::batch_size(i.node, "numbers rows up to the batch size: each value is a position in the "
+                                           "batch, not one sample's"));
       return;
     }
     case Code::int_unary: {
@@ -607,7 +653,8 @@ void Executor<T>::exec_int(const Instr& i) {
     }
     case Code::expand: {
       const Shape out = shape0();
-      set_ints(i.out[0], broadcast_ints(held(0).ints, out), samples_of({0}, out));
+      const Samples s = held(0).samples.is_none() ? filled_samples(i.shape0, b_, i.node) : samples_of({0}, out);
+      set_ints(i.out[0], broadcast_ints(held(0).ints, out), s);
       return;
     }
     case Code::take: {
@@ -723,6 +770,7 @@ void Executor<T>::embedding(const Instr& i) {
     ids32.data()[e] = std::int32_t(v);
   }
   TensorT<T> out = gather(table, ids32);
+  if (s.kind == Samples::Kind::mixed) out.node()->samples = s;  // rows read at mixed ids (positions, the batch size)
   // value axis a of (ids..., p) is held at the position of a in `front`
   Perm perm(front.size() + 1);
   for (std::size_t q = 0; q < front.size(); ++q) perm[front[q]] = q;
