@@ -214,77 +214,278 @@ std::pair<std::size_t, double> worst_difference(const A& a, const B& b) {
   return worst;
 }
 
-}  // namespace
+/// ||a - b - c|| over all parameters (c may be null).
+template <class T>
+double distance(const std::vector<ArrayT<T>>& a, const std::vector<ArrayT<T>>& b, const std::vector<ArrayT<T>>* c) {
+  double sq = 0;
+  for (std::size_t j = 0; j < a.size(); ++j)
+    for (std::size_t k = 0; k < a[j].size(); ++k) {
+      const double d = double(a[j].data()[k]) - double(b[j].data()[k]) - (c ? double((*c)[j].data()[k]) : 0.0);
+      sq += d * d;
+    }
+  return std::sqrt(sq);
+}
 
 template <class T>
-void structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& like,
-                           const std::function<BatchT<T>(const BatchT<T>&, long)>& transform) {
-  const std::string name = strategy.name();
-  const bool jl = strategy.jl_dim() > 0;
-  if (!jl && name != "vanilla" && name != "ghost") return;  // naive, microbatch:M, none: each example (group) alone
-  constexpr std::size_t kRecords = 4;
-  const double tolerance = std::is_same_v<T, float> ? 1e-3 : 1e-7;
+double norm_of(const std::vector<ArrayT<T>>& a) {
+  double sq = 0;
+  for (const auto& x : a)
+    for (auto v : x) sq += double(v) * double(v);
+  return std::sqrt(sq);
+}
+
+/// The strategy's clipped sum of `batch`, its draws from a fresh FastRng(draws):
+/// two calls with the same `draws` see the same directions and keys.
+template <class T>
+ClipResult<T> clipped_with(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& batch, double clip_norm,
+                           std::uint64_t draws) {
+  FastRng rng(draws);
+  return strategy.clipped_sum(model, batch, clip_norm, rng);
+}
+
+/// 0, ..., n-1 without `skip`.
+std::vector<std::size_t> all_but(std::size_t n, std::size_t skip) {
+  std::vector<std::size_t> r;
+  for (std::size_t i = 0; i < n; ++i)
+    if (i != skip) r.push_back(i);
+  return r;
+}
+
+template <class T>
+constexpr double kSelfCheckTolerance = std::is_same_v<T, float> ? 1e-3 : 1e-7;
+constexpr double kUnbounded = 1e300;  // a clip norm no gradient reaches: the sums are plain sums
+constexpr std::uint64_t kDraws = 0x5e1fd7a3;  // the check's JL directions and keys: synthetic, public
+
+const char* const kMixes = ": the model mixes samples where the engine does not see it (a value computed from the "
+                           "batch or its size, or state shared between examples; docs/per-sample.md); use the naive "
+                           "strategy";
+
+std::string fmt(double v) { return privacy::format_number(v, 6); }
+
+/// The self-check's records: `examples` synthetic records laid out like `like`,
+/// their features scaled by `scale` (heavy-tailed when `scale` is 0: a normal
+/// over the largest of |normal| and 0.01), each through `transform` alone.
+template <class T>
+BatchT<T> check_records(const BatchT<T>& like, std::size_t examples, std::size_t classes, double scale,
+                        const std::function<BatchT<T>(const BatchT<T>&, long)>& transform, Rng& rng) {
+  BatchT<T> records = synthetic_records(like, examples, classes, rng);
+  for (auto& v : records.inputs) {
+    if (scale > 0) v = T(double(v) * scale);
+    else v = T(double(v) / std::max(std::abs(rng.normal()), 0.01));
+  }
+  if (transform) {
+    std::vector<BatchT<T>> parts;
+    for (std::size_t i = 0; i < examples; ++i) parts.push_back(transform(records.select({i}), 0));
+    records = concat_batches(parts);
+  }
+  return records;
+}
+
+/// jl:K's projections of each record on two directions, batched (in `order`) and alone.
+template <class T>
+void check_projections(ModelT<T>& model, const std::string& name, const BatchT<T>& records,
+                       const std::vector<std::size_t>& order, const std::vector<ArrayT<T>>& dirs) {
+  const ArrayT<T> batched = jl_projections(model, records.select(order), dirs);  // (2, n)
+  ArrayT<T> alone = ArrayT<T>::from_shape(batched.shape());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const ArrayT<T> one = jl_projections(model, records.select({order[i]}), dirs);
+    for (std::size_t j = 0; j < 2; ++j) alone(j, i) = one(j, 0);
+  }
+  const auto [at, error] = worst_difference(batched, alone);
+  if (!(error <= kSelfCheckTolerance<T>))
+    throw std::invalid_argument("structural self-check: " + name + "'s projection " + std::to_string(at / order.size()) +
+                                " of synthetic record " + std::to_string(order[at % order.size()]) + " in a batch of " +
+                                std::to_string(order.size()) + " is " + fmt(double(batched[at])) + " in the batch and " +
+                                fmt(double(alone[at])) + " alone" + kMixes);
+}
+
+/// Each record's gradient itself (the batch's plain sum less the sum without
+/// it), and for exact strategies its norm and per-layer norms, against the
+/// per-example loop's, for the records of `records` taken in `order`.
+template <class T>
+void check_record_gradients(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& records,
+                            const std::vector<std::size_t>& order, const std::vector<ClipResult<T>>& alone,
+                            const std::vector<ClipResult<T>>& alone_layers) {
+  const std::string name = strategy.name(), batch = " in a batch of " + std::to_string(order.size());
+  const BatchT<T> b = records.select(order);
+  const ClipResult<T> all = clipped_with(model, strategy, b, kUnbounded, kDraws);
+  const double tol = kSelfCheckTolerance<T>;
+  double top = 0;  // the largest norm alone: what a tiny norm's error is measured against
+  for (const auto& a : alone) top = std::max(top, double(a.norms(0)));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const ClipResult<T>& want = alone[order[i]];
+    const std::string record = " of synthetic record " + std::to_string(order[i]) + batch;
+    if (strategy.jl_dim() == 0) {
+      const double got = double(all.norms(i)), norm = double(want.norms(0));
+      if (!(std::abs(got - norm) <= tol * (norm + 1e-3 * top)))
+        throw std::invalid_argument("structural self-check: " + name + "'s per-sample gradient norm" + record + " is " +
+                                    fmt(got) + "; the per-example loop's is " + fmt(norm) + kMixes);
+      const ClipResult<T>& layers = alone_layers[order[i]];
+      for (std::size_t l = 0; all.layer_norms.dimension() == 2 && l < all.layer_norms.shape()[0] &&
+                              all.layer_norms.shape()[0] > 1 && l < layers.layer_norms.shape()[0];
+           ++l) {
+        const double g = double(all.layer_norms(l, i)), w = double(layers.layer_norms(l, 0));
+        if (!(std::abs(g - w) <= tol * (w + 1e-3 * top)))
+          throw std::invalid_argument("structural self-check: " + name + "'s norm of layer " + std::to_string(l) +
+                                      record + " is " + fmt(g) + "; the per-example loop's is " + fmt(w) + kMixes);
+      }
+    }
+    const ClipResult<T> without = clipped_with(model, strategy, b.select(all_but(order.size(), i)), kUnbounded, kDraws);
+    const double off = distance(all.sum, without.sum, &want.sum), scale = norm_of(all.sum) + norm_of(want.sum);
+    if (!(off <= tol * scale))
+      throw std::invalid_argument("structural self-check: " + name + "'s per-sample gradient" + record + " (the batch's "
+                                  "sum less the sum without it) is " + fmt(off) + " away from the per-example loop's, "
+                                  "whose norm is " + fmt(norm_of(want.sum)) + kMixes);
+  }
+}
+
+/// The per-example loop's result for each record alone, C unbounded; with
+/// `layered`, per-layer norms too (naive+layers).
+template <class T>
+std::vector<ClipResult<T>> each_alone(ModelT<T>& model, const BatchT<T>& records, bool layered) {
+  auto naive = make_clip_strategy<T>(layered ? "naive+layers" : "naive");
+  std::vector<ClipResult<T>> r;
+  for (std::size_t i = 0; i < records.examples(); ++i)
+    r.push_back(clipped_with(model, *naive, records.select({i}), kUnbounded, kDraws));
+  return r;
+}
+
+/// The neighbour test at one scale, C the median of the records' norms alone.
+/// Returns false, having checked nothing, when a record's loss is not finite at
+/// this scale (synthetic records: skipping says nothing of the private data).
+template <class T>
+bool check_neighbours(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& records,
+                      const std::string& scale) {
+  const std::size_t n = records.examples();
+  std::vector<double> norms;
+  try {
+    for (const auto& r : each_alone(model, records, false)) norms.push_back(double(r.norms(0)));
+  } catch (const std::runtime_error&) {
+    return false;  // a non-finite loss or norm (std::invalid_argument, a refusal, is a logic_error and goes on)
+  }
+  for (const double v : norms)
+    if (!std::isfinite(v)) return false;
+  std::sort(norms.begin(), norms.end());
+  double clip_norm = norms[(n - 1) / 2];
+  if (!(clip_norm > 0)) clip_norm = 1;
+  const NeighbourMove m = neighbour_test(model, strategy, records, {0, n / 2, n - 1}, clip_norm, kDraws);
+  const double tol = kSelfCheckTolerance<T>, bound = strategy.sensitivity() * (1 + tol);
+  const std::string where = " (synthetic record " + std::to_string(m.position) + " added to " +
+                            std::to_string(n - 1) + " others, features at " + scale + ")";
+  if (strategy.per_example_contributions() && !(m.excess <= tol * double(n)))
+    throw std::invalid_argument("structural self-check: neighbour test: with " + strategy.name() + ", adding one record "
+                                "changed the other records' clipped sum by " + fmt(m.excess) + " C" + where + kMixes);
+  if ((strategy.jl_dim() == 0 || !strategy.per_example_contributions()) && !(m.moved <= bound))
+    throw std::invalid_argument("structural self-check: neighbour test: with " + strategy.name() + ", adding one record "
+                                "moved the clipped sum by " + fmt(m.moved) + " C, more than its sensitivity " +
+                                fmt(strategy.sensitivity()) + " C" + where + kMixes);
+  return true;
+}
+
+/// Two Gaussian directions over every parameter, for the projections' check.
+template <class T>
+std::vector<ArrayT<T>> two_directions(ModelT<T>& model, Rng& rng) {
+  std::vector<ArrayT<T>> dirs;
+  for (const auto& p : model.parameters()) {
+    Shape s{2};
+    for (auto d : p.value().shape()) s.push_back(d);
+    ArrayT<T> v = ArrayT<T>::from_shape(s);
+    rng.fill_normal(v.data(), v.size(), 1.0);
+    dirs.push_back(std::move(v));
+  }
+  return dirs;
+}
+
+}  // namespace
+
+std::string SelfCheckReport::str() const {
+  if (ran.empty()) return "structural self-check of " + strategy + ": not run (nothing to compare)";
+  std::string s = "structural self-check of " + strategy + " on synthetic records (";
+  for (std::size_t i = 0; i < ran.size(); ++i) s += (i ? "; " : "") + ran[i];
+  return s + "): passed";
+}
+
+template <class T>
+NeighbourMove neighbour_test(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& records,
+                             const std::vector<std::size_t>& positions, double clip_norm, std::uint64_t draws) {
+  const std::size_t n = records.examples();
+  if (n < 2) throw std::invalid_argument("neighbour_test: needs at least 2 records, got " + std::to_string(n));
+  const ClipResult<T> with = clipped_with(model, strategy, records, clip_norm, draws);
+  NeighbourMove worst;
+  for (const std::size_t e : positions) {
+    if (e >= n) throw std::invalid_argument("neighbour_test: position " + std::to_string(e) + " out of range");
+    const ClipResult<T> without = clipped_with(model, strategy, records.select(all_but(n, e)), clip_norm, draws);
+    const double moved = distance(with.sum, without.sum, static_cast<const std::vector<ArrayT<T>>*>(nullptr)) / clip_norm;
+    double excess = 0;
+    if (strategy.per_example_contributions()) {
+      const ClipResult<T> alone = clipped_with(model, strategy, records.select({e}), clip_norm, draws);
+      excess = distance(with.sum, without.sum, &alone.sum) / clip_norm;
+    }
+    if (!(moved <= worst.moved) || !(excess <= worst.excess)) worst.position = e;
+    worst.moved = std::isnan(moved) ? moved : std::max(worst.moved, moved);
+    worst.excess = std::isnan(excess) ? excess : std::max(worst.excess, excess);
+  }
+  for (auto& p : model.parameters()) p.zero_grad();
+  return worst;
+}
+
+template <class T>
+SelfCheckReport structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& like,
+                                      const std::function<BatchT<T>(const BatchT<T>&, long)>& transform) {
+  SelfCheckReport report;
+  report.strategy = strategy.name();
+  if (!strategy.is_private()) return report;
   EvalMode<T> eval(model);
   FastRng rng(0x5e1fc4ec);  // the records are synthetic: nothing to keep secret, the same on every rank
-  // the outputs' width fixes the labels' range
-  std::size_t classes = 1;
+  std::size_t classes = 1;  // the outputs' width fixes the labels' range
   {
     NoRecordScope<T> none;
     const BatchT<T> probe = synthetic_records(like, 1, 1, rng);
     const TensorT<T> out = model.forward(probe);  // kept: value() refers into the tensor's node
     if (out.value().dimension() >= 2) classes = out.value().shape()[1];
   }
-  BatchT<T> records = synthetic_records(like, kRecords, classes, rng);
-  if (transform) {
-    std::vector<BatchT<T>> parts;
-    for (std::size_t i = 0; i < kRecords; ++i) parts.push_back(transform(records.select({i}), 0));
-    records = concat_batches(parts);
-  }
-  const std::string why = ": the model mixes samples where the engine does not see it (a constant computed from "
-                          "the batch, or state shared between examples; docs/per-sample.md); use the naive strategy";
-  auto fmt = [](double v) { return privacy::format_number(v, 6); };
-  if (jl) {
-    std::vector<ArrayT<T>> dirs;
-    for (const auto& p : model.parameters()) {
-      Shape s{2};
-      for (auto d : p.value().shape()) s.push_back(d);
-      ArrayT<T> v = ArrayT<T>::from_shape(s);
-      rng.fill_normal(v.data(), v.size(), 1.0);
-      dirs.push_back(std::move(v));
+  const BatchT<T> records = check_records(like, 5, classes, 1.0, transform, rng);
+  if (!strategy.runs_examples_alone() && strategy.per_example_contributions()) {
+    const std::vector<std::vector<std::size_t>> orders{{0, 1, 2}, {2, 0, 1}, {0, 1, 2, 3, 4}, {4, 2, 0, 3, 1}};
+    const std::vector<ClipResult<T>> alone = each_alone(model, records, false);
+    const std::vector<ClipResult<T>> layers = each_alone(model, records, clip_layers(model.parameters()).size() > 1);
+    for (const auto& order : orders) check_record_gradients(model, strategy, records, order, alone, layers);
+    report.ran.push_back(std::string(strategy.jl_dim() ? "per-record gradients" : "per-record gradients, norms and "
+                                                                                   "per-layer norms") +
+                         " against the per-example loop at batch sizes 3 and 5, two orders each");
+    if (strategy.jl_dim() > 0) {
+      const std::vector<ArrayT<T>> dirs = two_directions(model, rng);
+      for (const auto& order : orders) check_projections(model, report.strategy, records, order, dirs);
+      report.ran.push_back("projections on two directions, batched and alone");
     }
-    const ArrayT<T> batched = jl_projections(model, records, dirs);  // (2, B)
-    ArrayT<T> alone = ArrayT<T>::from_shape(batched.shape());
-    for (std::size_t i = 0; i < kRecords; ++i) {
-      const ArrayT<T> one = jl_projections(model, records.select({i}), dirs);
-      for (std::size_t j = 0; j < 2; ++j) alone(j, i) = one(j, 0);
-    }
-    const auto [at, error] = worst_difference(batched, alone);
-    for (auto& p : model.parameters()) p.zero_grad();
-    if (!(error <= tolerance))
-      throw std::invalid_argument("structural self-check: " + name + "'s projection " + std::to_string(at / kRecords) +
-                                  " of synthetic record " + std::to_string(at % kRecords) + " is " +
-                                  fmt(double(batched[at])) + " in the batch and " + fmt(double(alone[at])) +
-                                  " alone" + why);
-    return;
   }
-  auto naive = make_clip_strategy<T>("naive");
-  const ArrayT<T> want = naive->clipped_sum(model, records, 1e300, rng).norms;
-  const ArrayT<T> got = strategy.clipped_sum(model, records, 1e300, rng).norms;
+  // the neighbour test at four scales of the features (token ids do not scale: one is enough)
+  std::string scales;
+  for (const double scale : {1.0, 1e-3, 1e3, 0.0}) {
+    if (scale != 1.0 && like.inputs.dimension() == 0) break;
+    const std::string name = scale == 0 ? std::string("heavy-tailed") : fmt(scale);
+    const bool ran = check_neighbours(model, strategy, scale == 1.0 ? records : check_records(like, 5, classes, scale,
+                                                                                              transform, rng),
+                                      "scale " + name);
+    if (ran) scales += (scales.empty() ? "" : ", ") + name;
+  }
+  report.ran.push_back("the neighbour test (one record added first, in the middle and last" +
+                       (scales.empty() ? std::string(": no scale had finite losses") : ", features at " + scales) + ")");
   for (auto& p : model.parameters()) p.zero_grad();
-  const auto [at, error] = worst_difference(got, want);
-  if (!(error <= tolerance))
-    throw std::invalid_argument("structural self-check: " + name + "'s per-sample gradient norm of synthetic record " +
-                                std::to_string(at) + " is " + fmt(double(got[at])) + "; the per-example loop's is " +
-                                fmt(double(want[at])) + why);
+  return report;
 }
 
 template PerSampleCheck check_per_sample(ModelT<float>&, const BatchT<float>&);
 template PerSampleCheck check_per_sample(ModelT<double>&, const BatchT<double>&);
 template BatchT<float> synthetic_records(const BatchT<float>&, std::size_t, std::size_t, Rng&);
 template BatchT<double> synthetic_records(const BatchT<double>&, std::size_t, std::size_t, Rng&);
-template void structural_self_check(ModelT<float>&, ClipStrategyT<float>&, const BatchT<float>&,
-                                    const std::function<BatchT<float>(const BatchT<float>&, long)>&);
-template void structural_self_check(ModelT<double>&, ClipStrategyT<double>&, const BatchT<double>&,
-                                    const std::function<BatchT<double>(const BatchT<double>&, long)>&);
+template SelfCheckReport structural_self_check(ModelT<float>&, ClipStrategyT<float>&, const BatchT<float>&,
+                                               const std::function<BatchT<float>(const BatchT<float>&, long)>&);
+template SelfCheckReport structural_self_check(ModelT<double>&, ClipStrategyT<double>&, const BatchT<double>&,
+                                               const std::function<BatchT<double>(const BatchT<double>&, long)>&);
+template NeighbourMove neighbour_test(ModelT<float>&, ClipStrategyT<float>&, const BatchT<float>&,
+                                      const std::vector<std::size_t>&, double, std::uint64_t);
+template NeighbourMove neighbour_test(ModelT<double>&, ClipStrategyT<double>&, const BatchT<double>&,
+                                      const std::vector<std::size_t>&, double, std::uint64_t);
 
 }  // namespace dpgrad

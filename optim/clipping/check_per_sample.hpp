@@ -1,9 +1,13 @@
 // A check for users' models: every exact route to per-sample gradient norms
 // (the vanilla and ghost strategies, the engine's rules taken directly) against
 // the per-example loop, on one batch. A route either agrees or refuses; the
-// report says which, and by how much (docs/per-sample.md).
+// report says which, and by how much (docs/per-sample.md). Also the structural
+// self-check a private run makes before its first step, and its neighbour test:
+// does one record move the clipped sum by more than the strategy's sensitivity,
+// or move another record's contribution? Both read synthetic records only.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -60,19 +64,50 @@ class Rng;
 template <class T>
 BatchT<T> synthetic_records(const BatchT<T>& like, std::size_t examples, std::size_t classes, Rng& rng);
 
-/// The structural self-check a private run makes before its first step
-/// (docs/per-sample.md): a few synthetic records (synthetic_records, never the
-/// private ones: a refusal decided from private data would itself leak), each
-/// passed through `transform` on its own when there is one, go through the model
-/// batched and through the per-example loop, in evaluation mode. What `strategy`
-/// computes must agree: per-sample norms for the exact strategies (vanilla,
-/// ghost), the projections on the same directions for jl:K. A model that mixes
-/// samples where the engine cannot see it (a constant built from the batch,
-/// state shared between examples) then differs. Throws std::invalid_argument
-/// naming the strategy, the record and the two values. naive, microbatch:M and
-/// none have nothing to compare: they run each example (or group) alone.
+/// What structural_self_check ran: its parts in words (empty when nothing was
+/// needed), for the run's header. A part that did not run is never listed.
+struct SelfCheckReport {
+  std::string strategy;             // the strategy's name
+  std::vector<std::string> ran;     // e.g. "per-record gradients and norms at batch sizes 3 and 5, two orders"
+  /// One line: "structural self-check of S (parts): passed" or "... not run (why)".
+  std::string str() const;
+};
+
+/// How far adding one record moved a clipped sum (neighbour_test), in units of C.
+struct NeighbourMove {
+  double moved = 0;   // max over the insertions of ||sum(S + x) - sum(S)|| / C
+  /// Strategies whose contributions are each an example's own: max of
+  /// ||sum(S + x) - sum(S) - sum({x})|| / C, what x did to the others (0 elsewhere).
+  double excess = 0;
+  std::size_t position = 0;  // the insertion (an index into `records`) where the worst was seen
+};
+
+/// The neighbour test: for each position e of `positions` in `records` (n + 1
+/// examples), S = the records without e, S + x = all of them (x = record e,
+/// first, in the middle or last), the strategy's clipped sums at `clip_norm`
+/// compared, every random draw of a call (JL directions, keys) from a fresh
+/// FastRng(draws) so that both sums see the same draws. Valid runs keep `moved` at
+/// most strategy.sensitivity() (per-example strategies with exact norms) and
+/// `excess` at rounding level; whatever channel lets one record move another (the
+/// batch size, an order, a statistic, a draw) shows here without being named.
 template <class T>
-void structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& like,
-                           const std::function<BatchT<T>(const BatchT<T>&, long)>& transform);
+NeighbourMove neighbour_test(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& records,
+                             const std::vector<std::size_t>& positions, double clip_norm, std::uint64_t draws);
+
+/// The structural self-check (docs/per-sample.md): synthetic records
+/// (synthetic_records: the layout of `like`, never its values), each passed
+/// through `transform` on its own when there is one, in evaluation mode.
+/// - Strategies that batch examples (not runs_examples_alone()): each record's
+///   gradient itself (the batch's sum less the sum without it, C unbounded), its
+///   norm and per-layer norms (exact strategies) or its projections (jl:K),
+///   against the per-example loop, at batch sizes 3 and 5 in two orders.
+/// - Every private strategy: the neighbour test at four scales of the records
+///   (1e-3, 1, 1e3 and heavy-tailed), C the median norm so that some clip.
+/// Which parts run follows from the strategy's declared capabilities, never its
+/// name. Throws std::invalid_argument naming the strategy, the part, the record
+/// and the two values; returns what ran.
+template <class T>
+SelfCheckReport structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strategy, const BatchT<T>& like,
+                                      const std::function<BatchT<T>(const BatchT<T>&, long)>& transform);
 
 }  // namespace dpgrad

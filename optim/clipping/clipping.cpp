@@ -367,6 +367,7 @@ class RuleStrategy : public LayeredStrategy<T> {
       for (ParamUse<T>* u : group.uses) u->release();
     });
     res.loss_sum = record_uses(tape, model, batch, ps);
+  bool runs_examples_alone() const override { return true; }
     clip_from_uses(groups_by_param(tape, ps), kept, ps, b, clip_norm, model.parameter_count(), res);
     return res;
   }
@@ -412,6 +413,7 @@ class VanillaStrategy final : public RuleStrategy<T> {
 /// Only the G_i that are small next to their uses (a convolution kernel's); the
 /// rest never exist, not even one sample's at a time where the ghost norm is cheaper.
 template <class T>
+  bool runs_examples_alone() const override { return true; }
 class GhostStrategy final : public RuleStrategy<T> {
  public:
   using RuleStrategy<T>::RuleStrategy;
@@ -665,5 +667,8 @@ template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::str
 template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const std::string&, double);
 template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const ClipSpec&, double);
 template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const ClipSpec&, double);
+  // microbatch:1 clips every example alone, as naive does
+  bool runs_examples_alone() const override { return m_ == 1; }
+  bool per_example_contributions() const override { return m_ == 1; }
 
 }  // namespace dpgrad

@@ -58,6 +58,16 @@ class ClipStrategyT {
   /// (docs/distributed.md): true unless contributions group examples (microbatch:M,
   /// whose groups would span ranks). jl:K shards, its directions drawn alike everywhere.
   virtual bool shards_across_processes() const { return true; }
+  /// Whether every example's gradient is computed on its own, never in a batch
+  /// with another (naive, none): the structural self-check then has no batched
+  /// route to compare with the per-example loop and runs only its neighbour test.
+  /// False by default, so that a new strategy is checked in full.
+  virtual bool runs_examples_alone() const { return false; }
+  /// Whether each contribution to the clipped sum is one example's own, given
+  /// the step's draws (JL directions, keys): the sum of a batch is then the sum
+  /// of its examples' sums alone. False where contributions group examples
+  /// (microbatch:M); the neighbour test then bounds the move by sensitivity().
+  virtual bool per_example_contributions() const { return true; }
   /// Per-layer clipping whose layers' shares of C the private optimizer moves
   /// ("+layers:adaptive"): true there only.
   virtual bool adapts_layers() const { return false; }

@@ -285,7 +285,7 @@ void PrivateTrainerT<T>::run_self_check() {
   const auto start = std::chrono::steady_clock::now();
   std::string failure;
   try {
-    structural_self_check(model_, *strategy_, train_, config_.transform);
+    self_check_ = structural_self_check(model_, *strategy_, train_, config_.transform).str();
   } catch (const std::invalid_argument& e) {
     failure = e.what();
   }
@@ -593,9 +593,8 @@ std::vector<std::string> PrivateTrainerT<T>::describe() const {
                     " neighbours; noise, sampling and directions: " + noise_generator());
     if (noise_multiplier() == 0) lines.push_back("WARNING: noise multiplier 0: this run is NOT private; no epsilon is reported");
     for (const std::string& w : warnings()) lines.push_back("WARNING: " + w);
-    if (self_check_seconds_ > 0)
-      lines.push_back("structural self-check of " + strategy_->name() + " on 4 synthetic records: passed in " +
-                      privacy::format_number(self_check_seconds_, 3) + " s (docs/per-sample.md)");
+    if (!self_check_.empty())
+      lines.push_back(self_check_ + " in " + privacy::format_number(self_check_seconds_, 3) + " s (docs/per-sample.md)");
     if (dp_->noise_reproducible()) lines.push_back(std::string("WARNING: reproducible noise: this run is ") + kNotPrivateReproducible);
     if (const auto& a = dp_->config().adaptive) {
       const auto layers = dp_->layer_clip_norms();

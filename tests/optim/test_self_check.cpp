@@ -13,6 +13,7 @@
 #include "engine/random.hpp"
 #include "layers/dense.hpp"
 #include "layers/models.hpp"
+#include "layers/registry.hpp"
 #include "optim/clipping/check_per_sample.hpp"
 #include "optim/clipping/clipping.hpp"
 #include "optim/run/private_trainer.hpp"
@@ -167,7 +168,180 @@ TEST_CASE("private trainer: the transform sees one record at a time") {
   };
   PrivateTrainerT<double> t(*model, sgd, train, c);
   const std::size_t checked = calls;  // the self-check's synthetic records
-  CHECK(checked == 4);
+  CHECK(checked == 20);  // 5 records at each of 4 scales
   t.step();
   CHECK(records - checked == calls - checked);  // one call a record
+}
+
+// ---- round 4: every strategy that batches examples is checked, per record and by the neighbour test
+
+namespace {
+
+/// Dense(3) on tanh(x) scaled by a hidden function of the batch's size: cos(2 pi B / 3),
+/// the same at B = 1 and 4 (the sizes the check compared before round 4), 1 at B = 3.
+class SizeScaled final : public ModelT<double> {
+ public:
+  explicit SizeScaled(Rng& rng) : dense_(6, 3, rng, "dense") {}
+  D forward(const BatchT<double>& b) override {
+    const double s = std::cos(2 * 3.141592653589793 * double(b.examples()) / 3);
+    return scale(dense_.forward(tanh(per_sample_input(b.inputs))), s);
+  }
+  std::vector<D> parameters() const override { return dense_.parameters(); }
+  std::string name() const override { return "size-scaled"; }
+
+ private:
+  DenseT<double> dense_;
+};
+
+/// Dense(3) on tanh(x), less the batch's mean of the features whose magnitude
+/// passes 10 (hidden from the engine): mixing that standard normal records never show.
+class LargeMixing final : public ModelT<double> {
+ public:
+  explicit LargeMixing(Rng& rng) : dense_(6, 3, rng, "dense") {}
+  D forward(const BatchT<double>& b) override {
+    ArrayT<double> big = xt::where(xt::abs(b.inputs) > 10.0, b.inputs, 0.0);
+    return dense_.forward(tanh(sub(per_sample_input(b.inputs), constant(column_means(big)))));
+  }
+  std::vector<D> parameters() const override { return dense_.parameters(); }
+  std::string name() const override { return "large-mixing"; }
+
+ private:
+  DenseT<double> dense_;
+};
+
+/// Two dense layers on x less the batch's hidden mean: per-layer clipping sees two layers.
+class TwoLayerCentred final : public ModelT<double> {
+ public:
+  explicit TwoLayerCentred(Rng& rng) : a_(6, 4, rng, "a"), b_(4, 3, rng, "b") {}
+  D forward(const BatchT<double>& b) override {
+    return b_.forward(tanh(a_.forward(sub(per_sample_input(b.inputs), constant(column_means(b.inputs))))));
+  }
+  std::vector<D> parameters() const override {
+    auto p = a_.parameters();
+    for (const auto& q : b_.parameters()) p.push_back(q);
+    return p;
+  }
+  std::string name() const override { return "two-layer-centred"; }
+
+ private:
+  DenseT<double> a_, b_;
+};
+
+// (microbatch:M runs each group on its own: mixing inside a group is what its sensitivity 2C covers)
+const std::vector<std::string> kBatchingStrategies{"vanilla",        "ghost",          "jl:3",
+                                                   "ghost+layers",   "vanilla+layers", "ghost+layers:size",
+                                                   "ghost+layers:adaptive"};
+
+}  // namespace
+
+TEST_CASE("structural self-check: every strategy that batches examples is checked, per-layer ones too (before: "
+          "ghost+layers trained a hidden batch mean, 5.4 C)") {
+  FastRng init(21);
+  TwoLayerCentred hidden(init);
+  const BatchT<double> like = rows(10, init);
+  for (const std::string& name : kBatchingStrategies) {
+    CAPTURE(name);
+    auto s = make_clip_strategy<double>(name, 10);
+    test::check_error<std::invalid_argument>([&] { structural_self_check<double>(hidden, *s, like, {}); },
+                                             {"structural self-check", name, "naive"});
+  }
+  // the header says what ran, and "passed" only for what did
+  auto mlp = make_mlp<double>({6, 4, 3}, Activation::tanh, init);
+  for (const std::string& name : {std::string("ghost+layers"), std::string("jl:2")}) {
+    const SelfCheckReport r = structural_self_check<double>(*mlp, *make_clip_strategy<double>(name, 10), like, {});
+    CHECK(r.str().find("per-record gradients") != std::string::npos);
+    CHECK(r.str().find("neighbour test") != std::string::npos);
+    CHECK(r.str().find("passed") != std::string::npos);
+  }
+  const SelfCheckReport naive = structural_self_check<double>(*mlp, *make_clip_strategy<double>("naive"), like, {});
+  CHECK(naive.str().find("per-record") == std::string::npos);  // naive runs each example alone: only the neighbour test
+  CHECK(naive.str().find("neighbour test") != std::string::npos);
+  // a per-layer strategy in a private run refuses too
+  SgdT<double> sgd(hidden.parameters(), 0.1);
+  const BatchT<double> train = rows(100, init);
+  test::check_error<std::invalid_argument>(
+      [&] { PrivateTrainerT<double> t(hidden, sgd, train, config(clipping::ghost<double>())); },
+      {"structural self-check", "ghost"});
+  auto c = config(nullptr);
+  c.clipping = std::shared_ptr<ClipStrategyT<double>>(make_clip_strategy<double>("vanilla+layers:size"));
+  test::check_error<std::invalid_argument>([&] { PrivateTrainerT<double> t(hidden, sgd, train, c); },
+                                           {"structural self-check", "vanilla+layers:size"});
+}
+
+TEST_CASE("structural self-check: a function of the batch size equal at sizes 1 and 4 is refused; naive runs") {
+  FastRng init(22);
+  SizeScaled model(init);
+  const BatchT<double> like = rows(10, init);
+  for (const std::string& name : kBatchingStrategies) {
+    CAPTURE(name);
+    auto s = make_clip_strategy<double>(name, 10);
+    test::check_error<std::invalid_argument>([&] { structural_self_check<double>(model, *s, like, {}); },
+                                             {"structural self-check", name});
+  }
+  CHECK_NOTHROW(structural_self_check<double>(model, *make_clip_strategy<double>("naive"), like, {}));
+}
+
+TEST_CASE("structural self-check: mixing that only large features show is caught at the larger scales") {
+  FastRng init(23);
+  LargeMixing model(init);
+  const BatchT<double> like = rows(10, init);
+  // standard normal records alone would not show it: the hidden mean is 0 unless |x| > 10
+  FastRng r(3);
+  BatchT<double> normal = synthetic_records(like, 5, 3, r);
+  normal.inputs = xt::clip(normal.inputs, -3.0, 3.0);
+  auto ghost = make_clip_strategy<double>("ghost");
+  const NeighbourMove quiet = neighbour_test(model, *ghost, normal, {0, 2, 4}, 1.0, 7);
+  CHECK(quiet.excess < 1e-9);
+  for (const std::string& name : {std::string("ghost"), std::string("vanilla"), std::string("jl:4")}) {
+    CAPTURE(name);
+    auto s = make_clip_strategy<double>(name, 10);
+    test::check_error<std::invalid_argument>([&] { structural_self_check<double>(model, *s, like, {}); },
+                                             {"structural self-check", name});
+  }
+}
+
+TEST_CASE("neighbour test: every registered model under every strategy moves the clipped sum by at most its "
+          "sensitivity, and leaves the other records' contributions alone") {
+  FastRng init(24);
+  for (const ModelEntry& entry : model_registry()) {
+    ModelSpec spec;
+    spec.length = 6;
+    spec.classes = 3;
+    spec.hidden = 16;
+    BatchT<float> like;
+    if (entry.input == ModelInput::tokens) {
+      like.tokens = xt::zeros<std::int32_t>({std::size_t(1), spec.length});
+      like.lengths = {1};
+    } else if (entry.input == ModelInput::scattering) {
+      like.inputs = xt::zeros<float>({std::size_t(1), std::size_t(7), std::size_t(7), std::size_t(81)});
+    } else {
+      like.inputs = xt::zeros<float>({std::size_t(1), std::size_t(1), std::size_t(28), std::size_t(28)});
+    }
+    like.labels = {0};
+    like.ids = {0};
+    auto model = build_model<float>(entry.name, spec, init);
+    FastRng r(25);
+    const BatchT<float> records = synthetic_records(like, 5, spec.classes, r);
+    for (const std::string& name : {"naive", "vanilla", "ghost", "jl:2", "microbatch:2", "ghost+layers",
+                                    "vanilla+layers:size", "naive+layers"}) {
+      CAPTURE(entry.name);
+      CAPTURE(name);
+      // cnn17m is cnn26k's layers with a wider dense one: ghost alone there (17M gradients per record are slow)
+      if (std::string(entry.name) == "cnn17m" && std::string(name) != "ghost") continue;
+      auto s = make_clip_strategy<float>(name, 4);
+      const NeighbourMove m = neighbour_test(*model, *s, records, {0, 2, 4}, 0.5, 26);
+      if (s->jl_dim() == 0 || !s->per_example_contributions()) CHECK(m.moved <= s->sensitivity() * (1 + 1e-3));
+      if (s->per_example_contributions()) CHECK(m.excess <= 5e-3);
+    }
+  }
+  // and the test can fail: a model that reads the batch's size moves the others
+  FastRng i2(27);
+  SizeScaled sized(i2);
+  FastRng r(28);
+  const BatchT<double> records = synthetic_records(rows(3, r), 3, 3, r);  // sizes 3, 2 and 1: s = 1, -1/2, -1/2
+  const NeighbourMove m = neighbour_test(sized, *make_clip_strategy<double>("ghost"), records, {0, 1, 2}, 0.1, 29);
+  CHECK(m.excess > 1);
+  const NeighbourMove alone = neighbour_test(sized, *make_clip_strategy<double>("naive"), records, {0, 1, 2}, 0.1, 29);
+  CHECK(alone.excess < 1e-9);
+  CHECK(alone.moved <= 1 + 1e-9);
 }
