@@ -36,13 +36,14 @@ std::string npy_field(const std::string& header, const std::string& key) {
   return v;
 }
 
-}  // namespace
+[[noreturn]] void bad_npy(const std::string& where, const std::string& why) {
+  throw std::invalid_argument(where + ": not a valid npy array (" + why + ")");
+}
 
-template <class T>
-ArrayT<T> read_npy(const std::string& b, const std::string& where) {
-  auto bad = [&](const std::string& why) {
-    throw std::invalid_argument(where + ": not a valid npy array (" + why + ")");
-  };
+/// The header's text and the offset of the data after it: the magic, the
+/// version and the header's length checked.
+std::string npy_header(const std::string& b, const std::string& where, std::size_t& data_offset) {
+  auto bad = [&](const std::string& why) { bad_npy(where, why); };
   if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) bad("no npy magic");
   const unsigned major = static_cast<unsigned char>(b[6]);
   std::size_t header_len = 0, offset = 0;
@@ -58,8 +59,25 @@ ArrayT<T> read_npy(const std::string& b, const std::string& where) {
   }
   if (header_len > b.size() - offset) bad("header of " + std::to_string(header_len) + " bytes in a file of " +
                                           std::to_string(b.size()));
-  const std::string header = b.substr(offset, header_len);
-  offset += header_len;
+  data_offset = offset + header_len;
+  return b.substr(offset, header_len);
+}
+
+}  // namespace
+
+std::string npy_dtype(const std::string& b, const std::string& where) {
+  std::size_t offset = 0;
+  std::string descr = npy_field(npy_header(b, where, offset), "descr");
+  if (descr.size() < 3 || descr.front() != '\'' || descr.back() != '\'')
+    bad_npy(where, "dtype " + (descr.empty() ? std::string("missing") : descr));
+  return descr.substr(1, descr.size() - 2);
+}
+
+template <class T>
+ArrayT<T> read_npy(const std::string& b, const std::string& where) {
+  auto bad = [&](const std::string& why) { bad_npy(where, why); };
+  std::size_t offset = 0;
+  const std::string header = npy_header(b, where, offset);
   const std::string want = std::is_same_v<T, std::int64_t> ? "'<i8'" : sizeof(T) == 4 ? "'<f4'" : "'<f8'";
   const std::string descr = npy_field(header, "descr");
   if (descr != want) bad("dtype " + (descr.empty() ? std::string("missing") : descr) + ", expected " + want);

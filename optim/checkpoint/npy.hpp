@@ -15,4 +15,8 @@ namespace dpgrad {
 template <class T>
 ArrayT<T> read_npy(const std::string& bytes, const std::string& where);
 
+/// The dtype `bytes` declares in its header ("<f4", "<i8", ...), read from the
+/// header alone (never from the data); throws as read_npy when there is no valid header.
+std::string npy_dtype(const std::string& bytes, const std::string& where);
+
 }  // namespace dpgrad
