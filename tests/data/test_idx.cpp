@@ -329,3 +329,23 @@ TEST_CASE("idx: the real Fashion-MNIST test set") {
   const double mean = sum / static_cast<double>(ds.images.size());
   CHECK(mean == doctest::Approx(0.287).epsilon(0.01));
 }
+
+TEST_CASE("idx: a gzip bomb after the data (16 GB of zeros in 16 MB of gzip) is refused without inflating it") {
+  TempDir dir;
+  const std::string bomb = dir / "bomb-labels.gz";
+  // one label, then 1000 gzip members of 16 MB of zeros each: one stream to zlib, 16 GB inflated
+  write_bytes(bomb, [] {
+    Bytes b = header(0x801, {1});
+    b.push_back(7);
+    return b;
+  }(), true);
+  Bytes file = read_bytes(bomb);
+  write_bytes(bomb, Bytes(std::size_t(16) << 20, 0), true);
+  const Bytes zeros = read_bytes(bomb);
+  for (int k = 0; k < 1000; ++k) file.insert(file.end(), zeros.begin(), zeros.end());
+  write_bytes(bomb, file, false);
+  CHECK(file.size() < (std::size_t(40) << 20));
+  // refused once the inflated bytes after the label pass 1 MiB, not after 16 GB of them
+  check_error([&] { read_idx_labels(bomb); },
+              {bomb, "trailing data: more than 1048576 bytes after the 1 label bytes the header announces"});
+}
