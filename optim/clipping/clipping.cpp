@@ -138,9 +138,23 @@ std::vector<double> checked_shares(std::vector<double> shares) {
   return shares;
 }
 
+constexpr double kDroppedNorm = std::numeric_limits<double>::infinity();
+
+/// A contribution whose loss or gradient is not finite is dropped: it adds
+/// nothing, counts as clipped, and its norms (column i of res.layer_norms, when
+/// i is given) are +infinity, above every C (docs/math.md section 1). Returns its norm.
+template <class T>
+T drop_contribution(ClipResult<T>& res, std::size_t i = std::size_t(-1)) {
+  ++res.clipped;
+  if (i != std::size_t(-1))
+    for (std::size_t l = 0; l < res.layer_norms.shape(0); ++l) res.layer_norms(l, i) = T(kDroppedNorm);
+  return T(kDroppedNorm);
+}
+
 /// The parameters' accumulated gradient is one contribution: each layer's part
 /// clipped to its share of C and added to res.sum, its layers' norms kept in
-/// column i of res.layer_norms (when i is given). Returns its norm.
+/// column i of res.layer_norms (when i is given). Returns its norm. A gradient
+/// with a coordinate that is not finite is dropped (drop_contribution).
 template <class T>
 T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipResult<T>& res,
                       const LayerSplit& split, std::size_t i = std::size_t(-1)) {
@@ -151,6 +165,8 @@ T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipR
     sq[split.layer[j]] += squared_norm(g.data(), g.size());
     coordinates += g.size();
   }
+  for (const double s : sq)
+    if (!std::isfinite(s)) return drop_contribution(res, i);  // a NaN or infinite coordinate makes s NaN or infinite
   std::vector<T> c;
   bool clipped = false;
   double total = 0;
@@ -165,6 +181,8 @@ T clip_and_accumulate(const std::vector<TensorT<T>>& ps, double clip_norm, ClipR
   return T(std::sqrt(total));
 }
 
+/// The sum of the losses, for the strategy that is not private (none): a loss
+/// that is not finite stops it.
 template <class T>
 double loss_total(const TensorT<T>& losses) {
   double s = 0;
@@ -173,17 +191,48 @@ double loss_total(const TensorT<T>& losses) {
   return s;
 }
 
+/// The sum of the finite losses: a private strategy drops a record whose loss is
+/// not finite, and its loss is no part of the sum either.
+template <class T>
+double finite_loss_sum(const TensorT<T>& losses) {
+  double s = 0;
+  for (auto v : losses.value())
+    if (std::isfinite(double(v))) s += double(v);
+  return s;
+}
+
+/// Whether every loss is finite.
+template <class T>
+bool all_finite(const TensorT<T>& losses) {
+  for (auto v : losses.value())
+    if (!std::isfinite(double(v))) return false;
+  return true;
+}
+
+/// record_uses, returning the losses themselves: (B).
+template <class T>
+TensorT<T> record_use_losses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch,
+                             const std::vector<TensorT<T>>& ps);
+
 }  // namespace
 
 template <class T>
 double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps) {
+  return finite_loss_sum(record_use_losses(tape, model, batch, ps));
+}
+
+namespace {
+
+template <class T>
+TensorT<T> record_use_losses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch,
+                             const std::vector<TensorT<T>>& ps) {
   zero_grads(ps);
   tape.record_uses(true, false);
   tape.release_during_backward(true);  // the uses keep what the rules read; the rest goes as backward runs
   RecordScope<T> scope(tape);
   TensorT<T> losses = per_sample_losses(model, batch);
   check_per_sample_tape(tape, losses, batch.examples());
-  double total = loss_total(losses);
+  // a loss that is not finite makes only its own sample's cotangents so: its record is dropped after the norms
   tape.backward(sum(losses));
   for (const auto& p : ps)
     if (p.has_grad()) {
@@ -203,8 +252,10 @@ double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, con
                                   "(estimated norms; it too refuses a model that mixes samples), or apply the op to "
                                   "the data side (docs/per-sample.md)");
     }
-  return total;
+  return losses;
 }
+
+}  // namespace
 
 template <class T>
 std::vector<std::string> clip_layers(const std::vector<TensorT<T>>& ps) {
@@ -267,11 +318,56 @@ ArrayT<T> factors(const ArrayT<T>& norms_sq, double clip_norm, std::size_t coord
   return layer_factors<T>({norms_sq}, LayerSplit{{}, {1.0}}, clip_norm, coordinates, res).front();
 }
 
+/// The examples of a batch whose loss, or squared norm in any layer, is not
+/// finite: losses (B), norms_sq[l] (B).
+template <class T>
+std::vector<std::size_t> nonfinite_records(const TensorT<T>& losses, const std::vector<ArrayT<T>>& norms_sq) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < losses.value().size(); ++i) {
+    bool finite = std::isfinite(double(losses.value().data()[i]));
+    for (const auto& sq : norms_sq) finite = finite && std::isfinite(double(sq(i)));
+    if (!finite) out.push_back(i);
+  }
+  return out;
+}
+
+/// The examples of [0, b) not in `dropped` (ascending).
+inline std::vector<std::size_t> others(const std::vector<std::size_t>& dropped, std::size_t b) {
+  std::vector<std::size_t> kept;
+  for (std::size_t i = 0, d = 0; i < b; ++i) {
+    if (d < dropped.size() && dropped[d] == i) ++d;
+    else kept.push_back(i);
+  }
+  return kept;
+}
+
+/// The result `part` for the examples `kept` of a batch of b, as the whole
+/// batch's: the other examples were dropped (drop_contribution), their norms in
+/// each of `layers` layers +infinity.
+template <class T>
+ClipResult<T> with_dropped(ClipResult<T> part, const std::vector<std::size_t>& kept, std::size_t b, std::size_t layers) {
+  ClipResult<T> res;
+  res.sum = std::move(part.sum);
+  res.loss_sum = part.loss_sum;
+  res.clipped = part.clipped + (b - kept.size());
+  res.norms = ArrayT<T>::from_shape({b});
+  res.norms.fill(T(kDroppedNorm));
+  res.layer_norms = ArrayT<T>::from_shape({layers, b});
+  res.layer_norms.fill(T(kDroppedNorm));
+  const bool per_layer = part.layer_norms.dimension() == 2 && part.layer_norms.shape(0) == layers;
+  for (std::size_t k = 0; k < kept.size(); ++k) {
+    res.norms(kept[k]) = part.norms(k);
+    for (std::size_t l = 0; per_layer && l < layers; ++l) res.layer_norms(l, kept[k]) = part.layer_norms(l, k);
+  }
+  return res;
+}
+
 template <class T>
 class NoneStrategy final : public ClipStrategyT<T> {
  public:
   std::string name() const override { return "none"; }
   bool is_private() const override { return false; }
+  bool runs_examples_alone() const override { return true; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double, Rng&) override {
     auto ps = model.parameters();
     ClipResult<T> res;
@@ -317,6 +413,7 @@ class NaiveStrategy final : public LayeredStrategy<T> {
  public:
   using LayeredStrategy<T>::LayeredStrategy;
   std::string name() const override { return this->named("naive"); }
+  bool runs_examples_alone() const override { return true; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
     auto ps = model.parameters();
     const LayerSplit split = this->split(ps);
@@ -331,9 +428,13 @@ class NaiveStrategy final : public LayeredStrategy<T> {
       tape.release_during_backward(true);
       RecordScope<T> scope(tape);
       TensorT<T> loss = per_sample_losses(model, one);
-      res.loss_sum += loss_total(loss);
+      if (!all_finite(loss)) {  // dropped, and no backward through it
+        res.norms(i) = drop_contribution(res, i);
+        continue;
+      }
       tape.backward(sum(loss));
       res.norms(i) = clip_and_accumulate(ps, clip_norm, res, split, i);
+      if (double(res.norms(i)) != kDroppedNorm) res.loss_sum += finite_loss_sum(loss);  // a dropped one's is not
     }
     zero_grads(ps);
     return res;
@@ -348,9 +449,27 @@ template <class T>
 class RuleStrategy : public LayeredStrategy<T> {
  public:
   using LayeredStrategy<T>::LayeredStrategy;
-  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng&) override {
+  ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     auto ps = model.parameters();
     if (batch.examples() == 0) return empty_result(ps);
+    std::vector<std::size_t> dropped;
+    ClipResult<T> res = clip_batch(model, batch, ps, clip_norm, dropped);
+    if (dropped.empty()) return res;
+    // records whose loss or gradient is not finite: the sums are formed again without them, for the uses
+    // hold their NaNs and 0 x NaN is NaN in the others' sum (docs/math.md section 1)
+    const std::vector<std::size_t> kept = others(dropped, batch.examples());
+    return with_dropped(clipped_sum(model, batch.select(kept), clip_norm, rng), kept, batch.examples(),
+                        this->split(ps).share.size());
+  }
+
+ protected:
+  virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
+
+ private:
+  /// The clipped sum of a batch, unless some records' loss or norm is not
+  /// finite: then nothing is summed and `dropped` lists them.
+  ClipResult<T> clip_batch(ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps,
+                           double clip_norm, std::vector<std::size_t>& dropped) const {
     ClipResult<T> res;
     TapeT<T> tape;
     const std::size_t b = batch.examples();
@@ -366,36 +485,37 @@ class RuleStrategy : public LayeredStrategy<T> {
       kept[j->second] = materialise_per_sample_gradients(group, b);
       for (ParamUse<T>* u : group.uses) u->release();
     });
-    res.loss_sum = record_uses(tape, model, batch, ps);
-  bool runs_examples_alone() const override { return true; }
-    clip_from_uses(groups_by_param(tape, ps), kept, ps, b, clip_norm, model.parameter_count(), res);
-    return res;
-  }
-
- protected:
-  virtual bool keeps_per_sample_gradients(const ParamUses<T>& group, std::size_t b) const = 0;
-
- private:
-  /// groups[j]: the uses of parameter j (nullptr: unused, zero gradient); kept[j]: its per-sample gradients
-  /// when they were built from those uses already (which were then released); P = coordinates.
-  void clip_from_uses(const std::vector<const ParamUses<T>*>& groups,
-                      std::vector<std::optional<PerSampleGradients<T>>>& kept, const std::vector<TensorT<T>>& ps,
-                      std::size_t b, double clip_norm, std::size_t coordinates, ClipResult<T>& res) const {
+    const TensorT<T> losses = record_use_losses(tape, model, batch, ps);
+    res.loss_sum = finite_loss_sum(losses);
     const LayerSplit split = this->split(ps);
-    std::vector<ArrayT<T>> norms_sq(split.share.size(), xt::zeros<T>({b}));
-    for (std::size_t j = 0; j < ps.size(); ++j) {
-      if (!groups[j]) continue;
-      ArrayT<T>& sq = norms_sq[split.layer[j]];
-      if (kept[j]) sq += kept[j]->norms_squared();
-      else sq += per_sample_norms_squared(*groups[j], b);
-    }
-    const std::vector<ArrayT<T>> c = layer_factors(norms_sq, split, clip_norm, coordinates, res);
+    const auto groups = groups_by_param(tape, ps);
+    const std::vector<ArrayT<T>> norms_sq = layer_norms_squared(groups, kept, split, b);
+    dropped = nonfinite_records(losses, norms_sq);
+    if (!dropped.empty()) return res;
+    const std::vector<ArrayT<T>> c = layer_factors(norms_sq, split, clip_norm, model.parameter_count(), res);
     for (std::size_t j = 0; j < ps.size(); ++j) {
       if (kept[j]) res.sum.push_back(kept[j]->weighted_sum(c[split.layer[j]]));
       else if (groups[j]) res.sum.push_back(weighted_gradient_sum(*groups[j], c[split.layer[j]]));
       else res.sum.push_back(xt::zeros<T>(ps[j].value().shape()));
       kept[j].reset();  // freed as soon as its sum is formed
     }
+    return res;
+  }
+
+  /// Per layer of `split`, each record's squared norm ||G_i||^2 summed over the layer's parameters: groups[j]
+  /// the uses of parameter j (nullptr: unused, zero gradient); kept[j] its per-sample gradients when they were
+  /// built from those uses already (which were then released).
+  static std::vector<ArrayT<T>> layer_norms_squared(const std::vector<const ParamUses<T>*>& groups,
+                                                    const std::vector<std::optional<PerSampleGradients<T>>>& kept,
+                                                    const LayerSplit& split, std::size_t b) {
+    std::vector<ArrayT<T>> norms_sq(split.share.size(), xt::zeros<T>({b}));
+    for (std::size_t j = 0; j < groups.size(); ++j) {
+      if (!groups[j]) continue;
+      ArrayT<T>& sq = norms_sq[split.layer[j]];
+      if (kept[j]) sq += kept[j]->norms_squared();
+      else sq += per_sample_norms_squared(*groups[j], b);
+    }
+    return norms_sq;
   }
 };
 
@@ -413,7 +533,6 @@ class VanillaStrategy final : public RuleStrategy<T> {
 /// Only the G_i that are small next to their uses (a convolution kernel's); the
 /// rest never exist, not even one sample's at a time where the ghost norm is cheaper.
 template <class T>
-  bool runs_examples_alone() const override { return true; }
 class GhostStrategy final : public RuleStrategy<T> {
  public:
   using RuleStrategy<T>::RuleStrategy;
@@ -441,16 +560,60 @@ class JlStrategy final : public ClipStrategyT<T> {
   int jl_dim() const override { return k_; }
   ClipResult<T> clipped_sum(ModelT<T>& model, const BatchT<T>& batch, double clip_norm, Rng& rng) override {
     auto ps = model.parameters();
-    ClipResult<T> res;
-    std::size_t b = batch.examples();
+    const std::size_t b = batch.examples();
     if (b == 0) return empty_result(ps);
     zero_grads(ps);
-    TapeT<T> tape;
-    RecordScope<T> scope(tape);
+    std::optional<TapeT<T>> tape(std::in_place);
+    std::optional<RecordScope<T>> scope(std::in_place, *tape);
     TensorT<T> losses = per_sample_losses(model, batch);
     // the projections are each example's only if each loss is its own sample's (docs/per-sample.md)
     check_per_sample_losses(losses, b);
-    res.loss_sum = loss_total(losses);
+    const ArrayT<T> norms_sq = projected_norms_squared(*tape, ps, losses, rng);
+    const std::vector<std::size_t> dropped = nonfinite_records(losses, {norms_sq});
+    ClipResult<T> res;
+    if (dropped.empty()) {
+      res.loss_sum = finite_loss_sum(losses);
+      const ArrayT<T> c = factors(norms_sq, clip_norm, model.parameter_count(), res);
+      profile::Scope timed("jl weighted backward (all vjps)");
+      tape->release_during_backward(true);
+      tape->backward(losses, c);  // one backward of sum_i c_i loss_i
+      for (auto& p : ps) res.sum.push_back(p.grad());
+      zero_grads(ps);
+      return res;
+    }
+    // records whose loss or projections are not finite: the weighted backward runs on the batch without them,
+    // for their cotangents would be NaN whatever their weight (0 x NaN is NaN; docs/math.md section 1)
+    scope.reset();
+    tape.reset();
+    const std::vector<std::size_t> kept = others(dropped, b);
+    ArrayT<T> kept_sq = ArrayT<T>::from_shape({kept.size()});
+    for (std::size_t k = 0; k < kept.size(); ++k) kept_sq(k) = norms_sq(kept[k]);
+    const ArrayT<T> c = factors(kept_sq, clip_norm, model.parameter_count(), res);
+    const BatchT<T> rest = batch.select(kept);
+    if (kept.empty()) {
+      res.sum = zeros_like_params(ps);
+    } else {
+      zero_grads(ps);
+      TapeT<T> again;
+      RecordScope<T> again_scope(again);
+      TensorT<T> again_losses = per_sample_losses(model, rest);
+      check_per_sample_losses(again_losses, kept.size());
+      if (!all_finite(again_losses))  // not seen: the same records, the same values; clipped afresh if ever
+        return with_dropped(clipped_sum(model, rest, clip_norm, rng), kept, b, 1);
+      res.loss_sum = finite_loss_sum(again_losses);
+      again.release_during_backward(true);
+      again.backward(again_losses, c);
+      for (auto& p : ps) res.sum.push_back(p.grad());
+      zero_grads(ps);
+    }
+    return with_dropped(std::move(res), kept, b, 1);
+  }
+
+ private:
+  /// M_i^2 = mean_j P_ij^2 over the K directions, drawn from `rng` chunk by chunk: (B).
+  ArrayT<T> projected_norms_squared(const TapeT<T>& tape, const std::vector<TensorT<T>>& ps, const TensorT<T>& losses,
+                                    Rng& rng) const {
+    const std::size_t b = losses.value().size();
     const std::size_t k = std::size_t(k_), chunk = std::min(k, chunk_ ? std::size_t(chunk_) : auto_chunk(tape));
     ArrayT<T> norms_sq = xt::zeros<T>({b});
     std::vector<ArrayT<T>> dirs(ps.size());
@@ -477,17 +640,9 @@ class JlStrategy final : public ClipStrategyT<T> {
       for (std::size_t j = 0; j < c; ++j)
         for (std::size_t i = 0; i < b; ++i) norms_sq(i) += proj(j, i) * proj(j, i) / T(k_);
     }
-    dirs.clear();
-    ArrayT<T> c = factors(norms_sq, clip_norm, model.parameter_count(), res);
-    profile::Scope timed("jl weighted backward (all vjps)");
-    tape.release_during_backward(true);
-    tape.backward(losses, c);  // one backward of sum_i c_i loss_i
-    for (auto& p : ps) res.sum.push_back(p.grad());
-    zero_grads(ps);
-    return res;
+    return norms_sq;
   }
 
- private:
   /// As many directions as keep their tangents within a quarter of what the
   /// tape holds, counting three of the largest recorded value per direction
   /// (an op's input, its output and one intermediate), and at least one.
@@ -512,6 +667,9 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
  public:
   bool splits_into_chunks() const override { return false; }
   bool shards_across_processes() const override { return false; }
+  // microbatch:1 clips every example alone, as naive does
+  bool runs_examples_alone() const override { return m_ == 1; }
+  bool per_example_contributions() const override { return m_ == 1; }
   MicrobatchStrategy(int m, double expected_batch)
       : m_(m), count_(std::max<std::size_t>(1, std::size_t(std::ceil(expected_batch / m)))) {}
   std::string name() const override { return "microbatch:" + std::to_string(m_); }
@@ -540,9 +698,13 @@ class MicrobatchStrategy final : public ClipStrategyT<T> {
       tape.release_during_backward(true);
       RecordScope<T> scope(tape);
       TensorT<T> losses = per_sample_losses(model, batch.select(index));
-      res.loss_sum += loss_total(losses);
+      if (!all_finite(losses)) {  // the microbatch is the contribution: it is dropped whole
+        norms.push_back(drop_contribution(res));
+        continue;
+      }
       tape.backward(mean(losses));
       norms.push_back(clip_and_accumulate(ps, clip_norm, res, flat));
+      if (double(norms.back()) != kDroppedNorm) res.loss_sum += finite_loss_sum(losses);  // a dropped one's is not
     }
     zero_grads(ps);
     res.norms = xt::adapt(norms, {norms.size()});
@@ -667,8 +829,5 @@ template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const std::str
 template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const std::string&, double);
 template std::unique_ptr<ClipStrategyT<float>> make_clip_strategy(const ClipSpec&, double);
 template std::unique_ptr<ClipStrategyT<double>> make_clip_strategy(const ClipSpec&, double);
-  // microbatch:1 clips every example alone, as naive does
-  bool runs_examples_alone() const override { return m_ == 1; }
-  bool per_example_contributions() const override { return m_ == 1; }
 
 }  // namespace dpgrad

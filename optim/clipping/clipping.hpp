@@ -23,9 +23,11 @@ class Rng;
 template <class T>
 struct ClipResult {
   std::vector<ArrayT<T>> sum;  // per parameter, model.parameters() order: sum of clipped contributions
-  ArrayT<T> norms;             // (contributions) the norms that were clipped (exact or JL estimates)
-  double loss_sum = 0;         // sum of per-sample losses
-  std::size_t clipped = 0;     // contributions with c < 1
+  ArrayT<T> norms;             // (contributions) the norms that were clipped (exact or JL estimates); +inf: dropped
+  double loss_sum = 0;         // sum of per-sample losses (a dropped contribution's not included)
+  std::size_t clipped = 0;     // contributions with c < 1, the dropped included
+  // A contribution whose loss or gradient is not finite is dropped by every private
+  // strategy: it adds nothing and counts as clipped (docs/math.md section 1).
   /// Naive, vanilla and ghost (flat: one layer): (layers, contributions), the
   /// norm of each layer's part of each contribution; empty for the others.
   ArrayT<T> layer_norms;
@@ -117,7 +119,7 @@ struct ParamUses;
 /// checks that each loss is one example's, and runs the backward pass of the
 /// summed losses, which fills the uses' output gradients and no parameter
 /// gradient; refuses a model whose parameters the per-sample rules do not cover.
-/// Returns the sum of the losses. `ps`: model.parameters().
+/// Returns the sum of the finite losses. `ps`: model.parameters().
 template <class T>
 double record_uses(TapeT<T>& tape, ModelT<T>& model, const BatchT<T>& batch, const std::vector<TensorT<T>>& ps);
 
@@ -152,7 +154,8 @@ ArrayT<T> jl_projections(ModelT<T>& model, const BatchT<T>& batch, const std::ve
 /// in double, as squared_norm does): min(1, C (1 - kappa) / norm) rounded down
 /// to T, kappa = 2 u_T + (P + 8) 2^-53 with P = `coordinates` and u_T the unit
 /// roundoff of T. Then the contribution c g, computed in T, has norm <= C
-/// exactly, for P < 2^50 (docs/noise.md section 3). Throws on a non-finite norm.
+/// exactly, for P < 2^50 (docs/noise.md section 3). Throws on a non-finite norm
+/// (the strategies drop such a contribution before they clip).
 template <class T>
 T clip_factor(double norm, double clip_norm, std::size_t coordinates);
 
