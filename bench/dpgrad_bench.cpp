@@ -1064,7 +1064,7 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = refuse_closed_standard_output("dpgrad-bench")) return *closed;
+  if (const auto closed = guard_standard_output("dpgrad-bench")) return *closed;
   keep_freed_memory();  // as dpgrad-train does: every method is timed with the same allocator settings
   Parsed parsed = parse_bench_options(argc, argv);
   if (parsed.exit_code) return *parsed.exit_code;

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -102,6 +103,14 @@ inline std::string real_number_problem(const std::string& text) {
 inline CLI::Validator real_number() {
   return CLI::Validator([](std::string& text) -> std::string { return real_number_problem(text); }, "REAL",
                         "real-number");
+}
+
+/// Text options whose empty value would otherwise read as "not given" (a file
+/// name, a list of settings): an empty value is refused, naming `what` it should be.
+inline CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) { return s.empty() ? "an empty value is not " + what : std::string(); }, "TEXT",
+      "non-empty");
 }
 
 /// The one rule for numbers in every program: every option that holds numbers
@@ -229,14 +238,22 @@ inline std::optional<int> refuse_closed_standard_output(const std::string& progr
   return 2;
 }
 
+/// Whether a lost standard output was already reported (check_standard_output threw).
+inline bool& standard_output_failure_reported() {
+  static bool reported = false;
+  return reported;
+}
+
 /// Throws std::runtime_error when what was printed so far has not all reached
 /// standard output (a full disk, /dev/full): for programs that print as they go
 /// and stop at the first lost line.
 inline void check_standard_output() {
   errno = 0;
-  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    standard_output_failure_reported() = true;
     throw std::runtime_error(std::string("could not write to standard output (") +
                              (errno ? std::strerror(errno) : "write error") + "): the results were not shown");
+  }
 }
 
 /// Call last in main: flushes standard output; when anything printed did not
@@ -250,6 +267,28 @@ inline int finish_standard_output(const std::string& program, int status) {
     return status == 0 ? kExitOutputFailed : status;
   }
   return status;
+}
+
+/// Call first in every program's main, with the program's name (a string
+/// literal): refuses a closed standard output (refuse_closed_standard_output),
+/// then checks at the program's exit, however main ends (a return after --help
+/// or an error, exit()), that all it printed reached standard output; when it
+/// did not (a full disk, /dev/full), says so on standard error and ends the
+/// process with kExitOutputFailed, never 0.
+inline std::optional<int> guard_standard_output(const char* program) {
+  if (const auto closed = refuse_closed_standard_output(program)) return closed;
+  static const char* name = nullptr;
+  name = program;
+  std::atexit([] {
+    std::cout.flush();  // CLI11's help and messages go through std::cout (synchronised with stdout)
+    errno = 0;
+    if ((std::fflush(stdout) == 0 && !std::ferror(stdout)) || standard_output_failure_reported()) return;
+    std::fprintf(stderr, "%s: error: could not write to standard output (%s): the results were not shown\n", name,
+                 errno ? std::strerror(errno) : "write error");
+    std::fflush(stderr);
+    std::_Exit(kExitOutputFailed);
+  });
+  return std::nullopt;
 }
 
 }  // namespace dpgrad

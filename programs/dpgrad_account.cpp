@@ -369,7 +369,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = dpgrad::refuse_closed_standard_output("dpgrad-account")) return *closed;
+  if (const auto closed = dpgrad::guard_standard_output("dpgrad-account")) return *closed;
   try {
     return dpgrad::finish_standard_output("dpgrad-account", run(argc, argv));
   } catch (const InvalidInput& e) {

@@ -82,7 +82,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = refuse_closed_standard_output("dpgrad-audit")) return *closed;
+  if (const auto closed = guard_standard_output("dpgrad-audit")) return *closed;
   keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {
     return finish_standard_output("dpgrad-audit", run(argc, argv));

@@ -274,7 +274,7 @@ int run(const pate::Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = refuse_closed_standard_output("dpgrad-pate")) return *closed;
+  if (const auto closed = guard_standard_output("dpgrad-pate")) return *closed;
   keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {
     require_single_process();

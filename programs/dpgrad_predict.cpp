@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -83,9 +84,25 @@ std::unique_ptr<ModelT<float>> from_checkpoint(const fs::path& dir, const Shape&
   return model;
 }
 
+/// Token ids as the model reads them (int32): an id outside [0, 2^31 - 1] is
+/// refused as it is, never wrapped to another id by the narrowing.
+ArrayT<std::int64_t> checked_token_ids(ArrayT<std::int64_t> ids, const std::string& input) {
+  const std::size_t length = ids.dimension() > 1 ? ids.shape()[1] : 1;
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    const std::int64_t id = ids.data()[k];
+    if (id < 0 || id > std::numeric_limits<std::int32_t>::max())
+      throw std::invalid_argument(input + ": token id " + std::to_string(id) + " (example " +
+                                  std::to_string(k / std::max<std::size_t>(1, length)) + ", position " +
+                                  std::to_string(k % std::max<std::size_t>(1, length)) +
+                                  ") is not a token id: ids are whole numbers from 0 to 2147483647");
+  }
+  return ids;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto closed = guard_standard_output("dpgrad-predict")) return *closed;
   std::string model_path, input, output;
   std::size_t batch_size = 256;
   CLI::App app{"dpgrad-predict: a trained model's outputs for the examples of an npy file"};
@@ -100,10 +117,10 @@ int main(int argc, char** argv) {
     if (batch_size == 0) throw std::invalid_argument("--batch-size must be >= 1");
     require_output_file(output, "--output");  // before any work
     const std::string bytes = slurp(input);
-    const bool tokens = bytes.find("'<i8'") != std::string::npos && bytes.find("'<i8'") < 128;
+    const bool tokens = npy_dtype(bytes, input) == "<i8";  // the header's dtype, never bytes of the data
     ArrayT<float> x;
     ArrayT<std::int64_t> ids;
-    if (tokens) ids = read_npy<std::int64_t>(bytes, input);
+    if (tokens) ids = checked_token_ids(read_npy<std::int64_t>(bytes, input), input);
     else x = read_npy<float>(bytes, input);
     const Shape shape = tokens ? shape_of(ids) : shape_of(x);
     if (shape.empty() || shape[0] == 0) throw std::invalid_argument(input + ": holds no examples (a batch axis of 0)");

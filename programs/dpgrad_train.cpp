@@ -20,6 +20,7 @@
 #include "layers/models.hpp"
 #include "layers/norm.hpp"
 #include "layers/registry.hpp"
+#include "optim/checkpoint/checkpoint_key.hpp"
 #include "optim/run/private_trainer.hpp"
 #include "optim/run/report.hpp"
 #include "programs/cli.hpp"
@@ -97,6 +98,26 @@ PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Co
   return c;
 }
 
+/// What the run will write, before any data: its plot, its export, and the key store of
+/// its checkpoints (rank 0's, which holds the run's key and writes it at the first save).
+/// Refused on every rank when refused on one.
+void check_outputs(const Options& o, const PrivateTrainingConfig& cfg, Communicator* comm) {
+  std::string error;
+  try {
+    if (!o.plot.empty()) {
+      require_gnuplot("--plot");
+      require_output_file(o.plot, "--plot");
+    }
+    if (!o.export_onnx.empty()) require_output_file(o.export_onnx, "--export-onnx");
+    if (!cfg.checkpoints.dir.empty() && (!comm || comm->rank() == 0))
+      check_key_store(cfg.checkpoints.key_store.empty() ? default_key_store() : cfg.checkpoints.key_store);
+  } catch (const std::exception& e) {
+    if (!comm) throw;
+    error = e.what();
+  }
+  if (comm) require_on_all_ranks(*comm, error.empty(), error);
+}
+
 /// The top of the output: the run, the plan, the library's facts, and what the options add.
 void print_header(const Options& o, PrivateTrainer& t, const std::string& model, std::size_t parameters,
                   const std::string& data, const std::function<void(const std::string&)>& say) {
@@ -129,10 +150,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   check_optimizer_spec(ospec);
   PrivateTrainingConfig cfg = training_config(o, comm);
   check_training_config(cfg, *o.lr);
-  if (!o.plot.empty()) {
-    require_gnuplot("--plot");
-    require_output_file(o.plot, "--plot");
-  }
+  check_outputs(o, cfg, comm.get());
   // ---- data, model, optimizer (an imported model is read first: a bad file costs no data loading)
   ModelInput input;
   std::unique_ptr<ModelT<float>> model = import_model(o, input);
@@ -223,7 +241,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = refuse_closed_standard_output("dpgrad-train")) return *closed;
+  if (const auto closed = guard_standard_output("dpgrad-train")) return *closed;
   keep_freed_memory();
   // Under mpirun or srun: one run over every process, rank 0 printing (docs/distributed.md).
   return run_on_every_rank(

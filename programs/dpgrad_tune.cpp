@@ -19,6 +19,7 @@
 #include "layers/models.hpp"
 #include "layers/registry.hpp"
 #include "optim/clipping/clip_spec.hpp"
+#include "optim/checkpoint/checkpoint_key.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/run/tune.hpp"
 #include "programs/cli.hpp"
@@ -33,6 +34,22 @@ using namespace dpgrad::tune_cli;
 using json = nlohmann::json;
 
 namespace {
+
+/// --export-onnx, before any data: the file can be written, and the model can be
+/// written to ONNX (a model built for default sizes shows its layers; the data's sizes change none).
+void check_export(const Options& o) {
+  if (o.export_onnx.empty()) return;
+#if DPGRAD_HAVE_ONNX
+  require_output_file(o.export_onnx, "--export-onnx");
+  FastRng init(0);
+  ModelSpec spec;
+  spec.activation = parse_activation(o.activation);
+  const std::string problem = onnx::save_problem(*build_model<float>(o.model, spec, init));
+  require(problem.empty(), "--export-onnx: " + problem);
+#else
+  throw std::invalid_argument("--export-onnx: this dpgrad was built without ONNX (-Donnx)");
+#endif
+}
 
 int run(const Options& o) {
   const auto say = line_printer(o.json_out);
@@ -65,13 +82,8 @@ int run(const Options& o) {
   c.trial.physical_batch_size = o.physical_batch;
   c.trial.ema = o.ema;
   c.trial.clipping = make_clip_strategy<float>(parse_clip_spec(o.strategy), double(o.batch_sizes.front()));
-  if (!o.export_onnx.empty()) {
-#if DPGRAD_HAVE_ONNX
-    require_output_file(o.export_onnx, "--export-onnx");
-#else
-    throw std::invalid_argument("--export-onnx: this dpgrad was built without ONNX (-Donnx)");
-#endif
-  }
+  check_export(o);
+  check_key_store();  // the search's key is written before its first trial: its store is checked now
   // ---- data and the trials' factory
   data::DataSplit d = data::load_dataset(o.dataset, dopt);
   require_model_reads(entry.input, d, o.model, o.dataset);
@@ -138,7 +150,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = refuse_closed_standard_output("dpgrad-tune")) return *closed;
+  if (const auto closed = guard_standard_output("dpgrad-tune")) return *closed;
   keep_freed_memory();
   Options o;
   try {
