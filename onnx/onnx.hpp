@@ -74,6 +74,11 @@ std::unique_ptr<OnnxModelT<T>> load(const std::string& path, const LoadOptions& 
 template <class T>
 void save(const ModelT<T>& model, const std::string& path);
 
+/// Why save() cannot write `model` ("" when it can), naming the model and the
+/// layer or op without an ONNX equivalent: for the checks before any work.
+template <class T>
+std::string save_problem(const ModelT<T>& model);
+
 namespace detail {
 struct Program;
 template <class T>

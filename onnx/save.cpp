@@ -1,15 +1,16 @@
 // Export: the graph an OnnxModelT was loaded from, unchanged, with each
 // initializer rebuilt from the parameters that came from it (their elements
 // put back where they were read from) in its original type, checked by ONNX's
-// checker and written atomically (a temporary file renamed into place).
-#include <cstdio>
+// checker and written through the one checked path for output files
+// (engine/files.hpp: never over what is not a regular file, a scratch file
+// created exclusively beside it, renamed into place once synced).
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
+#include "engine/files.hpp"
 #include "onnx/program.hpp"
 
 namespace dpgrad::onnx {
@@ -60,18 +61,19 @@ void save(const ModelT<T>& model, const std::string& path) {
   } catch (const std::exception& e) {
     throw OnnxError("save: ONNX's checker refuses the exported model: " + std::string(e.what()));
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !out.SerializeToOstream(&f) || !f.flush())
-      throw std::runtime_error("save: cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("save: cannot rename " + tmp + " to " + path);
-  }
+  std::string bytes;
+  if (!out.SerializeToString(&bytes)) throw std::runtime_error("save: cannot serialise the model for " + path);
+  write_output_file(path, bytes, "onnx::save");
 }
 
+template <class T>
+std::string save_problem(const ModelT<T>& model) {
+  if (dynamic_cast<const OnnxModelT<T>*>(&model)) return "";
+  return "model '" + model.name() + "' was not loaded from ONNX; only imported models export";
+}
+
+template std::string save_problem(const ModelT<float>&);
+template std::string save_problem(const ModelT<double>&);
 template void save(const ModelT<float>&, const std::string&);
 template void save(const ModelT<double>&, const std::string&);
 

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/files.hpp"
 #include "engine/json.hpp"
 #include "optim/checkpoint/checkpoint.hpp"
 
@@ -52,7 +53,9 @@ void init_sodium() {
 }
 
 /// The store, created if missing; refused when it is not a private folder of this user's.
-void require_private_folder(const fs::path& store) {
+/// `given` is looked at without its trailing '/' (lstat of "link/" would follow the link).
+void require_private_folder(const fs::path& given) {
+  const fs::path store = without_trailing_separators(given.string());
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(store, ec))) {
     fs::create_directories(store.parent_path(), ec);
@@ -67,6 +70,27 @@ void require_private_folder(const fs::path& store) {
   if (st.st_mode & 077)
     fail("the key store " + store.string() + " is open to other users (mode " + std::to_string((st.st_mode >> 6) & 7) +
          std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) + "); run chmod 700 on it");
+}
+
+/// Writes a file of a key file's size in `store`, syncs it and removes it: a store
+/// that is read-only or on a full file system is found before any work.
+void probe_store(const fs::path& store) {
+  const std::string probe = (store / (".probe-" + random_suffix())).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) fail("the key store " + store.string() + " does not take a new file (" + std::strerror(errno) + ")");
+  const std::string bytes(512, ' ');  // more than a key file holds
+  std::size_t done = 0;
+  int error = 0;
+  while (error == 0 && done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) error = w < 0 ? errno : EIO;
+    else done += std::size_t(w);
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
+  ::unlink(probe.c_str());
+  if (error != 0) fail("cannot write in the key store " + store.string() + " (" + std::strerror(error) + ")");
 }
 
 fs::path key_path(const fs::path& store, const std::string& id) { return store / (id + ".key"); }
@@ -112,6 +136,11 @@ fs::path default_key_store() {
   if (const char* s = std::getenv("XDG_STATE_HOME"); s && *s) return fs::path(s) / "dpgrad" / "checkpoint-keys";
   if (const char* s = std::getenv("HOME"); s && *s) return fs::path(s) / ".local" / "state" / "dpgrad" / "checkpoint-keys";
   fail("no key store: set DPGRAD_KEY_STORE (or HOME) to keep checkpoint keys");
+}
+
+void check_key_store(const fs::path& store) {
+  require_private_folder(store);
+  probe_store(without_trailing_separators(store.string()));
 }
 
 std::unique_ptr<RunKey> RunKey::create(const fs::path& store) {

@@ -25,6 +25,13 @@ class CheckpointError : public std::runtime_error {
 /// else $HOME/.local/state/dpgrad/checkpoint-keys. Throws CheckpointError when none can be named.
 std::filesystem::path default_key_store();
 
+/// Checks, before any work, that `store` can keep run keys: created (mode 0700)
+/// if missing; refused when it is a symbolic link (named with a trailing '/' or
+/// not), not a folder, not the user's own or open to others, or when a file
+/// cannot be written, synced and removed in it (read-only, a full file system).
+/// Throws CheckpointError naming the store and the problem.
+void check_key_store(const std::filesystem::path& store = default_key_store());
+
 /// One run's checkpoint key and high-water mark from the key store (see the top
 /// of this file). A lock taken on the run's key lasts as long as the object.
 class RunKey {

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -56,11 +58,31 @@ struct TrialCurve {
   double draws = 0;
 };
 
+/// The trial's plan at noise multiplier sigma; null when sigma is too small to
+/// prove any finite epsilon (the calibration then takes more noise: the user gave a
+/// target epsilon, not this sigma). A problem other than the noise is thrown.
+template <class T>
+std::optional<RunPlan> trial_plan(PrivateTrainingConfigT<T> cfg, std::size_t n_train, std::size_t parameters,
+                                  std::size_t layers, double sigma) {
+  cfg.noise_multiplier = sigma;
+  try {
+    return plan_run(cfg, n_train, parameters, layers);
+  } catch (const std::invalid_argument&) {
+    cfg.noise_multiplier = 1e6;
+    plan_run(cfg, n_train, parameters, layers);  // throws when the problem is not the noise
+    return std::nullopt;
+  }
+}
+
 template <class T>
 TrialCurve trial_curve(PrivateTrainingConfigT<T> cfg, std::size_t n_train, std::size_t parameters, std::size_t layers,
                        double sigma, double score_sigma) {
-  cfg.noise_multiplier = sigma;
-  const RunPlan plan = plan_run(cfg, n_train, parameters, layers);
+  const std::optional<RunPlan> at_sigma = trial_plan(cfg, n_train, parameters, layers, sigma);
+  if (!at_sigma) {  // no finite epsilon at this sigma: every order's RDP infinite
+    const std::vector<double> orders = privacy::default_rdp_orders();
+    return {orders, std::vector<double>(orders.size(), std::numeric_limits<double>::infinity()), 0};
+  }
+  const RunPlan& plan = *at_sigma;
   auto acc = plan.make_accountant(true);
   acc->step(plan.sampling_rate(), plan.accounted_noise_multiplier(), plan.total_steps());
   acc->step(1.0, score_sigma, 1);  // the score: a count of sensitivity 1 with noise std score_sigma
@@ -120,6 +142,13 @@ void SearchSpace::check() const {
   for (std::size_t b : batch_sizes) require(b >= 1 && b <= (1u << 24), "search space: a batch size must be in [1, 2^24], got " + std::to_string(b));
   require(!epochs.empty() && epochs.size() <= 64, "search space: give 1 to 64 epoch counts");
   for (double e : epochs) require(e > 0 && e <= 1e4 && std::isfinite(e), "search space: epochs must be in (0, 10000], got " + num(e));
+  // a trial's settings are read back by value (TrialSettings::from_json): each value once
+  for (std::size_t i = 0; i < batch_sizes.size(); ++i)
+    require(std::count(batch_sizes.begin(), batch_sizes.begin() + long(i), batch_sizes[i]) == 0,
+            "search space: the batch size " + std::to_string(batch_sizes[i]) + " is listed twice");
+  for (std::size_t i = 0; i < epochs.size(); ++i)
+    require(std::count(epochs.begin(), epochs.begin() + long(i), epochs[i]) == 0,
+            "search space: the epoch count " + num(epochs[i]) + " is listed twice");
 }
 
 nlohmann::json SearchSpace::to_json() const {

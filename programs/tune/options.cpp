@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "engine/check.hpp"
 #include "layers/registry.hpp"
@@ -24,6 +25,16 @@ std::pair<double, double> parse_range(const std::string& text, const char* flag)
   return {std::stod(lo), std::stod(hi)};
 }
 
+/// Refuses a value given twice in one of the search's lists: a trial's settings
+/// are read back from its saved search by value (docs/tuning.md).
+template <class V>
+void require_distinct(const std::vector<V>& values, const char* flag) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      require(values[i] != values[j], fmt::format("--{} {}: {} is given twice (each value once)", flag,
+                                                  fmt::join(values, ","), values[i]));
+}
+
 std::optional<int> parse_tune_options(int argc, const char* const* argv, Options& o) {
   CLI::App app{"dpgrad-tune: private hyperparameter search; only the best trial is released, and the epsilon covers "
                "the whole search (docs/tuning.md)"};
@@ -34,7 +45,8 @@ std::optional<int> parse_tune_options(int argc, const char* const* argv, Options
   app.add_option("--activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "the trials' base optimizer: sgd, adam, ...")->capture_default_str();
   app.add_option("--momentum", o.momentum, "sgd's momentum")->capture_default_str();
-  app.add_option("--lr-scale", o.lr_scale, "LAYER=FACTOR,...: every trial's learning rate of these layers times FACTOR");
+  app.add_option("--lr-scale", o.lr_scale, "LAYER=FACTOR,...: every trial's learning rate of these layers times FACTOR")
+      ->check(non_empty("a list of LAYER=FACTOR"));
   app.add_option("--ema", o.ema, "every trial's model is the exponential moving average of its parameters with this "
                  "decay, e.g. 0.97 (post-processing, no privacy cost; 0: off)");
   app.add_option("--clip-strategy", o.strategy, "naive, vanilla, ghost, microbatch:M (exact norms; not jl:K); per "
@@ -47,7 +59,7 @@ std::optional<int> parse_tune_options(int argc, const char* const* argv, Options
   app.add_option("--lr", o.lr, "learning rates, LO:HI (log-uniform) or one value")->capture_default_str();
   app.add_option("--clip-norm", o.clip_norm, "clip norms C, LO:HI (log-uniform) or one value")->capture_default_str();
   app.add_option("--clip-quantile", o.clip_quantile, "adaptive clipping: quantiles LO:HI (uniform) or one value; "
-                 "--clip-norm is then the first step's C");
+                 "--clip-norm is then the first step's C")->check(non_empty("a quantile range"));
   app.add_option("--batch-size", o.batch_sizes, "expected batch sizes to draw from, e.g. 1024,4096")->delimiter(',')
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epoch counts to draw from, e.g. 5,10")->delimiter(',')->capture_default_str();
@@ -63,12 +75,15 @@ std::optional<int> parse_tune_options(int argc, const char* const* argv, Options
   app.add_option("--search-dir", o.search_dir, "where the search keeps its state and its trials' checkpoints, as "
                  "secret as the data (required)")->required();
   app.add_flag("--resume", o.resume, "continue the search in --search-dir");
-  app.add_option("--export-onnx", o.export_onnx, "write the best trial's model to this ONNX file");
+  app.add_option("--export-onnx", o.export_onnx, "write the best trial's model to this ONNX file")
+      ->check(non_empty("a file name"));
   app.add_option("--seed", o.seed, "seed of the synthetic data (and of everything with --reproducible-noise)");
   app.add_flag("--reproducible-noise", o.reproducible, "seeded trial count, settings and noise: NOT private");
   app.add_option("--threads", o.threads, "threads (0: all cores)");
   app.add_flag("--json", o.json_out, "one JSON object on stdout");
   if (const auto code = parse_arguments(app, argc, argv)) return code;
+  require_distinct(o.batch_sizes, "batch-size");
+  require_distinct(o.epochs, "epochs");
   privacy::TrialCount::parse(o.trials);
   parse_range(o.lr, "lr");
   parse_range(o.clip_norm, "clip-norm");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -427,4 +428,65 @@ TEST_CASE("dpgrad-train --clip-quantile: C is reported, checkpointed and resumed
     CHECK(r.status == 2);
     CHECK(contains(r.out, says));
   }
+}
+
+namespace {
+
+/// `args` run with DPGRAD_KEY_STORE set to `store` (the test's own store restored after).
+Run with_key_store(const std::string& store, const std::vector<std::string>& args) {
+  const char* before = std::getenv("DPGRAD_KEY_STORE");
+  const std::string saved = before ? before : "";
+  ::setenv("DPGRAD_KEY_STORE", store.c_str(), 1);
+  const Run r = run_argv(args);
+  if (before) ::setenv("DPGRAD_KEY_STORE", saved.c_str(), 1);
+  else ::unsetenv("DPGRAD_KEY_STORE");
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("dpgrad-train and dpgrad-tune: a key store that cannot keep the run's key is refused before any data is read") {
+  dpgrad::test::TempDir tmp("dpgrad-key-stores");
+  const fs::path open = tmp.path / "open", real = tmp.path / "real", link = tmp.path / "link", file = tmp.path / "file";
+  fs::create_directory(open);
+  fs::permissions(open, fs::perms::all);  // mode 777
+  fs::create_directory(real);
+  fs::permissions(real, fs::perms::owner_all);
+  fs::create_symlink(real, link);
+  std::ofstream(file) << "not a folder";
+  struct Case {
+    std::string store, named, says;  // DPGRAD_KEY_STORE, the store the message names, and what it says
+  };
+  const std::vector<Case> stores = {
+      {open.string(), open.string(), "open to other users"},
+      {link.string(), link.string(), "symbolic link"},
+      {link.string() + "/", link.string(), "symbolic link"},  // a trailing '/' would follow the link
+      {link.string() + "/.", link.string(), "symbolic link"},
+      {file.string(), file.string(), "not a folder"},
+  };
+  for (const auto& [store, named, says] : stores) {
+    CAPTURE(store);
+    const Run t = with_key_store(store, quick_train({"--optimizer", "dp-sgd", "--noise-multiplier", "1",
+                                                      "--checkpoint-dir", (tmp.path / "run").string()}));
+    CHECK(t.status == 2);
+    CHECK_MESSAGE(contains(t.out, "key store " + named + " "), t.out);
+    CHECK(contains(t.out, says));
+    CHECK_FALSE(contains(t.out, "parameters) on"));  // no data read, no model built
+    CHECK_FALSE(contains(t.out, "epsilon"));
+    const Run s = with_key_store(store, {tune, "--dataset", "synthetic", "--model", "logreg", "--target-epsilon", "8",
+                                         "--trials", "poisson:1", "--epochs", "1", "--batch-size", "128",
+                                         "--search-dir", (tmp.path / "search").string()});
+    CHECK(s.status == 2);
+    CHECK_MESSAGE(contains(s.out, "key store " + named + " "), s.out);
+    CHECK(contains(s.out, says));
+    CHECK_FALSE(contains(s.out, "searching"));
+  }
+  CHECK(fs::is_empty(real));  // nothing written through the link
+  // a store that works: the probe leaves nothing behind, the run's key and lock stay
+  const Run ok = with_key_store(real.string(), quick_train({"--checkpoint-dir", (tmp.path / "run").string()}));
+  REQUIRE_MESSAGE(ok.status == 0, ok.out);
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(real)) kept.push_back(e.path().extension().string());
+  std::sort(kept.begin(), kept.end());
+  CHECK(kept == std::vector<std::string>{".key", ".lock"});
 }

@@ -1,11 +1,14 @@
-// dpgrad-train --model onnx:PATH (with --freeze and --export-onnx) and
-// dpgrad-predict, run as a user runs them: the model's input and output shapes
-// checked against the dataset, bad files refused with a clear message and a
-// non-zero exit before any training, the exported model loadable and its
-// predictions those of the library.
+// dpgrad-train --model onnx:PATH (with --freeze and --export-onnx),
+// dpgrad-predict and dpgrad-tune --export-onnx, run as a user runs them: the
+// model's input and output shapes checked against the dataset, bad files and
+// export paths refused with a clear message and a non-zero exit before any
+// training, the exported model loadable and its predictions those of the library.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +23,7 @@
 #include "engine/tape.hpp"
 #include "onnx/onnx.hpp"
 #include "optim/checkpoint/npy.hpp"
+#include "support/key_store.hpp"
 #include "support/onnx_graph.hpp"
 #include "support/programs.hpp"
 #include "support/temp_dir.hpp"
@@ -33,6 +37,7 @@ Run run(const std::string& cmd) { return dpgrad::test::run_shell(cmd); }
 
 const std::string train = DPGRAD_TRAIN;
 const std::string predict = DPGRAD_PREDICT;
+const std::string tune = DPGRAD_TUNE;
 
 /// images (B, 1, side, side) -> Flatten -> Gemm (classes) -> logits
 void classifier(const std::string& path, std::size_t side = 28, std::size_t classes = 10) {
@@ -161,4 +166,83 @@ TEST_CASE("dpgrad-predict reads a dpgrad-train checkpoint of a built-in model") 
   CHECK(bad.status != 0);
   CHECK(bad.out.find("dpgrad-predict: error:") != std::string::npos);
   CHECK(!std::filesystem::exists(dir / "z.npy"));
+}
+
+namespace {
+
+/// The file's first bytes (empty when it cannot be read).
+std::string head_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string s(64, '\0');
+  f.read(s.data(), 64);
+  s.resize(std::size_t(f.gcount()));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("dpgrad-train --export-onnx: a path it must not or cannot write is refused before any data is read") {
+  dpgrad::test::TempDir dir("dpgrad-onnx-export");
+  classifier(dir / "model.onnx");
+  const std::string fifo = dir / "fifo", folder = dir / "folder", link = dir / "link.onnx", victim = dir / "victim";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::filesystem::create_directory(folder);
+  std::ofstream(victim) << "precious";
+  std::filesystem::create_symlink(victim, link);
+  std::filesystem::create_symlink(folder, dir / "folder-link");
+  // (no device: a writer with this bug, run as root, would replace /dev/full; the FIFO takes its place)
+  for (const std::string& path : {fifo, folder, link, dir / "folder-link/", dir / "missing/out.onnx", folder + "/"}) {
+    CAPTURE(path);
+    const auto start = std::chrono::steady_clock::now();
+    const Run r = dpgrad::test::run_argv({train, "--model", "onnx:" + (dir / "model.onnx"), "--dataset", "synthetic",
+                                          "--optimizer", "dp-sgd", "--noise-multiplier", "1", "--batch-size", "64",
+                                          "--max-steps", "1", "--epochs", "1", "--export-onnx", path});
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(r.out.find("--export-onnx " + path.substr(0, path.size() - (path.back() == '/'))) != std::string::npos, r.out);
+    CHECK(r.out.find("epsilon") == std::string::npos);  // no step taken, nothing spent
+    CHECK(r.out.find("synthetic") == std::string::npos);  // no data read
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  }
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(head_of(victim) == "precious");
+}
+
+TEST_CASE("dpgrad-train --export-onnx: a planted scratch file is never written through, and none is left behind") {
+  dpgrad::test::TempDir dir("dpgrad-onnx-export");
+  classifier(dir / "model.onnx");
+  const std::string out = dir / "out.onnx", victim = dir / "victim";
+  std::ofstream(victim) << "precious";
+  // the names a writer of OUT.tmp or OUT.tmp-PID would use, each a link to the victim
+  std::filesystem::create_symlink(victim, out + ".tmp");
+  std::filesystem::create_symlink(victim, dir / ".out.onnx.tmp");
+  const Run r = dpgrad::test::run_argv({train, "--model", "onnx:" + (dir / "model.onnx"), "--dataset", "synthetic",
+                                        "--optimizer", "dp-sgd", "--noise-multiplier", "1", "--batch-size", "64",
+                                        "--max-steps", "1", "--epochs", "1", "--export-onnx", out});
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(head_of(victim) == "precious");
+  CHECK_FALSE(std::filesystem::is_symlink(out));
+  CHECK(std::filesystem::is_regular_file(out));
+  CHECK(dpgrad::onnx::load<float>(out)->parameters().size() == 2);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{".out.onnx.tmp", "model.onnx", "out.onnx", "out.onnx.tmp", "victim"});
+}
+
+TEST_CASE("dpgrad-tune --export-onnx: a model without an ONNX export is refused before any data is read") {
+  dpgrad::test::KeyStoreForTests keys;
+  dpgrad::test::TempDir dir("dpgrad-onnx-export");
+  const Run r = dpgrad::test::run_argv({tune, "--dataset", "synthetic-text", "--model", "bigru", "--target-epsilon", "8",
+                                        "--trials", "poisson:1", "--epochs", "1", "--batch-size", "64",
+                                        "--search-dir", dir / "s", "--export-onnx", dir / "best.onnx"});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(r.out.find("--export-onnx") != std::string::npos, r.out);
+  CHECK(r.out.find("bigru") != std::string::npos);
+  CHECK(r.out.find("searching") == std::string::npos);  // nothing read, nothing searched
+  CHECK_FALSE(std::filesystem::exists(dir / "s"));
+  CHECK_FALSE(std::filesystem::exists(dir / "best.onnx"));
 }

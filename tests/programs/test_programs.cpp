@@ -426,7 +426,7 @@ TEST_CASE("dpgrad-train: what a run needs is checked before any step; silent val
   const std::vector<Case> cases = {
       {" --checkpoint-dir /proc/no-such/dir", {"cannot create the checkpoint directory"}},
       {" --checkpoint-dir ''", {"--checkpoint-dir", "must name a directory"}},
-      {" --plot /no-such-dir/x.png", {"--plot", "cannot write there"}},
+      {" --plot /no-such-dir/x.png", {"--plot /no-such-dir/x.png", "its folder /no-such-dir does not exist"}},
       {" --train-limit 1 --batch-size 1", {"a classifier needs at least two"}},
       {" --train-limit 1000", {}},  // fine: the control
       {" --epoch-fraction 0.5", {"--epoch-fraction applies to --sampler shuffle only"}},

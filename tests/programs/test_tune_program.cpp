@@ -82,6 +82,13 @@ TEST_CASE("dpgrad-tune: bad settings are refused before any trial runs or any st
       {{"--ema", "1.5"}, "--ema"},
       {{"--lr-scale", "dense1=x"}, "learning-rate scale"},
       {{"--lr-scale", "nosuch=2"}, "nosuch"},
+      // a value given twice: a saved search reads its trials' settings back by value
+      {{"--batch-size", "128,128"}, "--batch-size 128,128: 128 is given twice"},
+      {{"--epochs", "1,2,1"}, "--epochs 1,2,1: 1 is given twice"},
+      // an empty value is refused, never read as "not given"
+      {{"--clip-quantile", ""}, "empty value"},
+      {{"--lr-scale", ""}, "empty value"},
+      {{"--export-onnx", ""}, "empty value"},
   };
   for (const auto& [more, words] : cases) {
     CAPTURE(more.front());
@@ -90,4 +97,17 @@ TEST_CASE("dpgrad-tune: bad settings are refused before any trial runs or any st
     CHECK_MESSAGE(contains(r.out, words), r.out);
     CHECK_FALSE(fs::exists(dir.path / "s"));
   }
+}
+
+TEST_CASE("dpgrad-tune: a large target epsilon is met; no message names a noise multiplier the user never gave") {
+  dpgrad::test::KeyStoreForTests keys;
+  dpgrad::test::TempDir dir("dpgrad-tune");
+  // 29 steps per trial: at sigma 1/16 their RDP proves no finite epsilon, and the calibration passes below it
+  const Run r = run_argv(search(dir / "s", {"--target-epsilon", "200", "--batch-size", "64", "--epochs", "1",
+                                            "--trials", "poisson:1", "--json"}));
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  const nlohmann::json j = last_json(r.out);
+  CHECK(j["epsilon"].get<double>() <= 200);
+  CHECK(j["search"]["noise_multiplier"].get<double>() > 0);
+  CHECK_FALSE(contains(r.out, "proves no finite epsilon"));
 }
