@@ -345,3 +345,38 @@ TEST_CASE("neighbour test: every registered model under every strategy moves the
   CHECK(alone.excess < 1e-9);
   CHECK(alone.moved <= 1 + 1e-9);
 }
+
+TEST_CASE("attacks of round 4, measured: how far one added record moves the clipped sum when the strategy runs "
+          "unchecked, and the self-check's verdict (run with -s to see the figures)") {
+  FastRng init(30);
+  TwoLayerCentred centred(init);
+  SizeScaled sized(init);
+  LargeMixing large(init);
+  const BatchT<double> like = rows(10, init);
+  struct Attack {
+    const char* what;
+    ModelT<double>* model;
+    double scale;
+  };
+  for (const Attack& a : {Attack{"hidden batch mean", &centred, 1.0}, Attack{"cos(2 pi B / 3) scaling", &sized, 1.0},
+                          Attack{"mean of |x| > 10 features", &large, 1e3}}) {
+    for (const std::string& name : {"ghost", "ghost+layers", "vanilla+layers:size", "jl:4", "naive"}) {
+      FastRng r(31);
+      BatchT<double> records = synthetic_records(like, 3, 3, r);
+      records.inputs *= a.scale;
+      auto s = make_clip_strategy<double>(name, 10);
+      const NeighbourMove m = neighbour_test(*a.model, *s, records, {0, 1, 2}, 0.1, 32);
+      bool refused = false;
+      try {
+        structural_self_check<double>(*a.model, *s, like, {});
+      } catch (const std::invalid_argument&) {
+        refused = true;
+      }
+      MESSAGE(std::string(a.what) << ", " << name << ": one record moves the clipped sum by " << m.moved << " C, the others' by "
+                     << m.excess << " C; self-check: " << std::string(refused ? "refused" : "passed"));
+      // every strategy that batches examples refuses; naive (each example alone) stays within 1 C and passes
+      CHECK(refused == !s->runs_examples_alone());
+      if (s->runs_examples_alone()) CHECK(m.moved <= 1 + 1e-9);
+    }
+  }
+}
