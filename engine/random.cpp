@@ -663,11 +663,19 @@ HashKey hash_key_from_seed(std::uint64_t seed, std::string_view tag) {
 
 std::uint64_t keyed_hash(const HashKey& key, std::initializer_list<std::uint64_t> words) {
   ensure_sodium();
-  std::vector<unsigned char> msg;
+  // short messages (dropout hashes eight words per element) stay on the stack
+  unsigned char small[128];
+  std::vector<unsigned char> large;
+  unsigned char* msg = small;
+  if (8 * words.size() > sizeof small) {
+    large.resize(8 * words.size());
+    msg = large.data();
+  }
+  std::size_t n = 0;
   for (std::uint64_t w : words)
-    for (int i = 0; i < 8; ++i) msg.push_back(static_cast<unsigned char>(w >> (8 * i)));
+    for (int i = 0; i < 8; ++i) msg[n++] = static_cast<unsigned char>(w >> (8 * i));
   unsigned char h[crypto_shorthash_BYTES];
-  crypto_shorthash(h, msg.data(), msg.size(), key.data());
+  crypto_shorthash(h, msg, n, key.data());
   std::uint64_t z = 0;
   for (int i = 7; i >= 0; --i) z = (z << 8) | h[i];
   return z;

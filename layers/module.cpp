@@ -5,6 +5,7 @@
 
 #include "engine/array.hpp"
 #include "engine/ops.hpp"
+#include "layers/dropout.hpp"
 
 namespace dpgrad {
 
@@ -54,6 +55,7 @@ TensorT<T> ModelT<T>::row_losses(const TensorT<T>& outputs, const BatchT<T>& bat
 
 template <class T>
 TensorT<T> FeatureModelT<T>::forward(const BatchT<T>& batch) {
+  const DropoutRecords records(batch);  // dropout masks keyed by these rows' records (layers/dropout.hpp)
   return net_.forward(per_sample_input(batch.inputs));
 }
 

@@ -98,7 +98,9 @@ struct NamedLossT {
 template <class T>
 class ModelT : public ModuleT<T> {
  public:
-  /// The outputs (B, ...) for `batch`.
+  /// The outputs (B, ...) for `batch`. A model with dropout layers holds a
+  /// DropoutRecords(batch) here (layers/dropout.hpp), so that in a private run
+  /// their masks are keyed by each row's record; FeatureModel does.
   virtual TensorT<T> forward(const BatchT<T>& batch) = 0;
   /// The model's name, e.g. "cnn26k"; error messages use it.
   virtual std::string name() const = 0;

@@ -14,6 +14,7 @@
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
+#include "layers/dropout.hpp"
 #include "layers/norm.hpp"
 #include "onnx/program.hpp"
 
@@ -304,11 +305,8 @@ void Executor<T>::exec(std::size_t k) {
         set(i.out[0], h.t, h.perm);
         return;
       }
-      const double p = i.reals[0];
-      ArrayT<T> mask = ArrayT<T>::from_shape(h.t.shape());
-      const T keep = T(1.0 / (1.0 - p));
-      for (auto& m : mask) m = rt_.dropout.bernoulli(1.0 - p) ? keep : T(0);
-      set(i.out[0], mul(h.t, constant<T>(std::move(mask))), h.perm);
+      // keyed per record in a private run, from the held layout's samples (layers/dropout.hpp)
+      set(i.out[0], mul(h.t, constant<T>(dropout_mask(h.t, i.reals[0], rt_.dropout))), h.perm);
       return;
     }
     case Code::linear: set(i.out[0], linear(in(0), in(1), has(2) ? in(2) : TensorT<T>())); return;
@@ -886,6 +884,7 @@ TensorT<T> OnnxModelT<T>::forward(const BatchT<T>& batch) {
                                   ". The naive and jl:K strategies run this model; or freeze the parameter (--freeze)");
     }
   try {
+    const DropoutRecords records(batch);  // dropout masks keyed by these rows' records
     detail::Executor<T> run(p, *runtime_, batch, this->training(), name());
     return run.run();
   } catch (const std::bad_alloc&) {  // still a std::bad_alloc (programs say how to need less), naming the file

@@ -336,6 +336,23 @@ class Reader {
   bool verified_ = false;
 };
 
+/// A hash key as 32 lower-case hex digits (libsodium's sodium_bin2hex), and back:
+/// false unless `hex` is exactly that.
+std::string hex_of(const HashKey& k) {
+  char out[2 * sizeof(HashKey) + 1];
+  sodium_bin2hex(out, sizeof out, k.data(), k.size());
+  return out;
+}
+
+bool key_of_hex(const std::string& hex, HashKey& k) {
+  std::size_t n = 0;
+  if (hex.size() != 2 * k.size() || !std::all_of(hex.begin(), hex.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+      }))
+    return false;
+  return sodium_hex2bin(k.data(), k.size(), hex.data(), hex.size(), nullptr, &n, nullptr) == 0 && n == k.size();
+}
+
 }  // namespace
 
 std::string checkpoint_file_hash(const std::string& bytes) {
@@ -450,6 +467,9 @@ fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json&
   for (const auto& [role, rng] : st.generators)
     gens[role] = {{"secure", rng->secure()}, {"state", rng->state()}};
   state["generators"] = gens;
+  json keys = json::object();
+  for (const auto& [role, k] : st.keys) keys[role] = hex_of(*k);
+  state["keys"] = keys;
   if (st.accountant) state["accountant"] = st.accountant->to_json();
   w.add("state.json", state.dump(1));
   const std::string manifest = json{{"format", kFormat}, {"version", kCheckpointVersion}, {"run", run_key.run_id()},
@@ -561,6 +581,12 @@ long CheckpointDir::load(TrainingStateT<T>& st, const RunKey& run_key) const {
         fail(where + ": the " + role + " generator was " + (rng->secure() ? "fast" : "secure") + ", this run's is " +
              (rng->secure() ? "secure" : "fast"));
     }
+    std::map<std::string, HashKey> keys;  // a checkpoint written before keys were saved has none: kept as they are
+    const json stored_keys = s.value("keys", json::object());
+    if (!stored_keys.is_object()) fail(where + ": its keys are not a JSON object");
+    for (const auto& [role, k] : stored_keys.items())
+      if (st.keys.count(role) && !key_of_hex(k.template get<std::string>(), keys[role]))
+        fail(where + ": the " + role + " key is not 32 lower-case hex digits");
     std::unique_ptr<privacy::Accountant> acc;
     if (st.accountant) {
       if (!s.contains("accountant")) fail(where + " has no accountant ledger");
@@ -576,6 +602,7 @@ long CheckpointDir::load(TrainingStateT<T>& st, const RunKey& run_key) const {
 
     // ---- then restore (generators and sampler validate their own state)
     for (const auto& [role, rng] : st.generators) rng->set_state(std::string(gens[role].at("state")));
+    for (const auto& [role, k] : keys) *st.keys.at(role) = k;
     if (st.sampler) st.sampler->load_state(s["sampler"].at("state"));
     if (st.accountant) privacy::replay_ledger(*st.accountant, s["accountant"]);
     for (std::size_t i = 0; i < values.size(); ++i) st.params[i].mutable_value() = values[i];

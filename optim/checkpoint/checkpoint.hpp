@@ -1,5 +1,5 @@
 // Checkpoints of a training run: parameters as .npy files (numpy reads them),
-// optimizer buffers as .npy, and the rest (sampler position, generator states,
+// optimizer buffers as .npy, and the rest (sampler position, generator states, hash keys,
 // the accountant's ledger, whatever the program adds) in JSON.
 //
 // Layout of a checkpoint directory:
@@ -24,6 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/random.hpp"
 #include "engine/tensor.hpp"
 #include "optim/checkpoint/checkpoint_key.hpp"
 
@@ -50,6 +51,9 @@ struct TrainingStateT {
   std::map<std::string, Rng*> generators;  // by role: "noise", "sampling", ...
   privacy::Accountant* accountant = nullptr;
   std::map<std::string, ArrayT<T>*> arrays;  // further named arrays (parameter averages, ...)
+  /// Keys of keyed hashes by role ("dropout"), saved as hex in state.json (which the
+  /// manifest's MAC covers). A checkpoint without one leaves it as it was.
+  std::map<std::string, HashKey*> keys;
 };
 
 /// The hash a checkpoint's manifest gives each file: BLAKE2b-256 of its bytes

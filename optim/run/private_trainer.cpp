@@ -18,6 +18,7 @@
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
+#include "layers/dropout.hpp"
 #include "optim/clipping/check_per_sample.hpp"
 #include "privacy/accountant.hpp"
 #include "privacy/mechanisms.hpp"
@@ -343,10 +344,13 @@ void PrivateTrainerT<T>::make_generators() {
   noise_rng_ = make_private_rng(reproducible, config_.seed + 1);
   aux_rng_ = make_private_rng(reproducible, config_.seed + 2);
   sample_rng_ = make_private_rng(reproducible, config_.seed + 3);
+  dropout_key_ = reproducible ? hash_key_from_seed(config_.seed, "dpgrad-dropout") : random_hash_key();
   if (config_.communicator) {  // every rank draws the same batches, directions and noise streams (docs/distributed.md)
     share_generator(*config_.communicator, *sample_rng_);
     share_generator(*config_.communicator, *aux_rng_);
     share_generator(*config_.communicator, *noise_rng_);
+    const std::string key = broadcast_string(*config_.communicator, std::string(dropout_key_.begin(), dropout_key_.end()));
+    std::copy(key.begin(), key.end(), dropout_key_.begin());  // and the same dropout masks
   }
 }
 
@@ -687,6 +691,7 @@ StepStats PrivateTrainerT<T>::step() {
   const std::vector<std::size_t> drawn = sampler_->next(*sample_rng_);  // positions in the whole set
   BatchT<T> batch = train_.select(config_.communicator ? local_rows(drawn) : drawn);
   if (config_.transform) batch = transform_each(batch, steps_);
+  const DropoutKeyScope dropout(dropout_key_, std::uint64_t(steps_));  // masks keyed per record (docs/data-privacy.md)
   StepStats st = dp_->step(batch);
   if (average_) average_->update();
   ++steps_;
@@ -952,6 +957,7 @@ TrainingStateT<T> PrivateTrainerT<T>::training_state() {
   state.sampler = sampler_.get();
   state.generators = {{"noise", noise_rng_.get()}, {"aux", aux_rng_.get()}, {"sampling", sample_rng_.get()}};
   state.accountant = accountant_.get();
+  state.keys = {{"dropout", &dropout_key_}};
   if (average_)
     for (std::size_t i = 0; i < params.size(); ++i) state.arrays["ema." + params[i].name()] = &average_->averages()[i];
   for (std::size_t i = 0; i < dp_->sat_direction().size(); ++i)

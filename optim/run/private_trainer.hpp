@@ -395,6 +395,7 @@ class PrivateTrainerT {
   std::shared_ptr<ClipStrategyT<T>> strategy_;
   std::unique_ptr<privacy::Accountant> accountant_;
   std::unique_ptr<Rng> noise_rng_, aux_rng_, sample_rng_;
+  HashKey dropout_key_{};  // keys the dropout masks per record (layers/dropout.hpp); checkpointed
   std::unique_ptr<DPOptimizerT<T>> dp_;
   std::unique_ptr<ParameterAverageT<T>> average_;
   std::vector<ArrayT<T>> released_;  // the releases before training, config order

@@ -13,6 +13,7 @@
 #include "engine/ops.hpp"
 #include "engine/random.hpp"
 #include "engine/tape.hpp"
+#include "layers/dropout.hpp"
 #include "onnx/onnx.hpp"
 #include "optim/clipping/check_per_sample.hpp"
 #include "optim/clipping/clipping.hpp"
@@ -207,6 +208,44 @@ TEST_CASE("onnx graphs: Dropout draws masks in training and is the identity in e
   }
   CHECK(zeros > 400);
   CHECK(zeros < 600);
+}
+
+TEST_CASE("onnx graphs: in a private run Dropout keys each record's mask: adding a record changes no other's") {
+  // docs/data-privacy.md, "Dropout masks": the mask of a record depends on the key, the step and its id alone
+  test::TempDir dir("dpgrad-onnx-g");
+  OnnxGraph g;
+  g.input("x", {kB, 6, 5});
+  g.output("y", {kB, 6, 5});
+  g.constant_float("ratio", 0.5f);
+  g.node("Dropout", {"x", "ratio"}, {"y"});
+  const HashKey key = hash_key_from_seed(3, "test");
+  auto masks = [&](dpgrad::onnx::OnnxModelT<double>& m, const std::vector<std::int64_t>& ids, std::uint64_t step) {
+    BatchT<double> b;
+    b.inputs = xt::ones<double>({ids.size(), std::size_t(6), std::size_t(5)});
+    b.ids = ids;
+    b.labels.assign(ids.size(), 0);
+    const DropoutKeyScope scope(key, step);
+    NoRecordScope<double> none;
+    return A(m.forward(b).value());
+  };
+  // two runs over two steps, each with its model: D, then D with a record more (first) at step 0
+  auto a = load_graph(g, dir), b = load_graph(g, dir);
+  const std::vector<std::int64_t> ids{4, 17, 9};
+  const A a0 = masks(*a, ids, 0), a1 = masks(*a, ids, 1);
+  const A b0 = masks(*b, {50, 4, 17, 9}, 0), b1 = masks(*b, ids, 1);
+  CHECK(A(xt::view(b0, xt::range(1, 4))) == a0);
+  CHECK(b1 == a1);
+  CHECK(A(xt::view(a0, xt::range(0, 1))) != A(xt::view(a1, xt::range(0, 1))));  // a new mask each step
+  // the library layer at the same key, step and ids draws the same masks (the first dropout of the pass)
+  SequentialT<double> net;
+  net.emplace<DropoutT<double>>(0.5);
+  FeatureModelT<double> lib("dropout", std::move(net));
+  BatchT<double> one;
+  one.inputs = xt::ones<double>({std::size_t(3), std::size_t(6), std::size_t(5)});
+  one.ids = ids;
+  one.labels.assign(3, 0);
+  const DropoutKeyScope scope(key, 0);
+  CHECK(A(lib.forward(one).value()) == a0);
 }
 
 TEST_CASE("onnx graphs: a parameter with no exact rule: vanilla and ghost refuse naming the node; naive and jl:K run") {

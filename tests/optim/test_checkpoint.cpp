@@ -192,3 +192,33 @@ TEST_CASE("checkpoint: damage and mismatches are refused, and nothing is restore
     refused("generator");
   }
 }
+
+TEST_CASE("checkpoint: a run's hash keys come back as saved; a checkpoint without one leaves it") {
+  test::TempDir tmp("dpgrad-ckpt");
+  Run a(41);
+  a.train(1);
+  HashKey dropout = random_hash_key();
+  auto with_key = a.state();
+  with_key.keys = {{"dropout", &dropout}};
+  CheckpointDir dir(tmp.path / "ck");
+  auto key = RunKey::create();
+  dir.save(1, with_key, {}, *key);
+
+  Run b(42);
+  HashKey restored{};
+  auto st = b.state();
+  st.keys = {{"dropout", &restored}};
+  CHECK(dir.load(st, *key) == 1);
+  CHECK(restored == dropout);
+
+  // one written without the key (an older run): the key drawn for this run stays
+  CheckpointDir old(tmp.path / "old");
+  auto old_key = RunKey::create();
+  old.save(1, a.state(), {}, *old_key);
+  Run c(43);
+  HashKey fresh = hash_key_from_seed(1, "test");
+  auto sc = c.state();
+  sc.keys = {{"dropout", &fresh}};
+  CHECK(old.load(sc, *old_key) == 1);
+  CHECK(fresh == hash_key_from_seed(1, "test"));
+}
