@@ -28,6 +28,11 @@ class Conv2dT final : public LayerT<T> {
   /// W (kh*kw*Cin, Cout) and b (Cout; undefined without a bias).
   const TensorT<T>& weight() const { return w_; }
   const TensorT<T>& bias() const { return b_; }
+  /// The kernel's size, the stride, and the padding of an input (B, H, W, Cin).
+  std::size_t kernel_h() const { return kh_; }
+  std::size_t kernel_w() const { return kw_; }
+  std::size_t stride() const { return stride_; }
+  Pad2d padding_of(const Shape& in) const { return pads(in); }
 
  private:
   Pad2d pads(const Shape& in) const;
@@ -45,6 +50,8 @@ class MaxPool2dT final : public LayerT<T> {
   /// std::invalid_argument when kernel or stride is 0.
   MaxPool2dT(std::size_t kernel, std::size_t stride);
   TensorT<T> forward(const TensorT<T>& x) override;
+  std::size_t kernel() const { return kernel_; }
+  std::size_t stride() const { return stride_; }
 
  private:
   std::size_t kernel_, stride_;
@@ -59,6 +66,7 @@ class ReshapeT final : public LayerT<T> {
   /// number of elements.
   explicit ReshapeT(Shape sample_shape);
   TensorT<T> forward(const TensorT<T>& x) override;
+  const Shape& sample_shape() const { return sample_; }
 
  private:
   Shape sample_;

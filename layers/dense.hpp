@@ -39,6 +39,7 @@ class ActivationT final : public LayerT<T> {
   /// The layer that applies `a`.
   explicit ActivationT(Activation a) : a_(a) {}
   TensorT<T> forward(const TensorT<T>& x) override;
+  Activation activation() const { return a_; }
 
  private:
   Activation a_;

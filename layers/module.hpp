@@ -64,6 +64,8 @@ class SequentialT final : public LayerT<T> {
   void set_training(bool on) override;
   /// The number of layers.
   std::size_t size() const { return layers_.size(); }
+  /// Layer i, in order (i < size()): e.g. for writing the stack to ONNX.
+  const LayerT<T>& layer(std::size_t i) const { return *layers_.at(i); }
   /// The first layer of type L (null if there is none).
   template <class L>
   L* find() {
@@ -139,6 +141,7 @@ class FeatureModelT final : public ModelT<T> {
   std::string name() const override { return name_; }
   /// The stack itself, e.g. to find() one of its layers.
   SequentialT<T>& net() { return net_; }
+  const SequentialT<T>& net() const { return net_; }
 
  private:
   std::string name_;

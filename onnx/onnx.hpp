@@ -67,12 +67,15 @@ class OnnxModelT;
 template <class T>
 std::unique_ptr<OnnxModelT<T>> load(const std::string& path, const LoadOptions& options = {});
 
-/// Writes `model`'s graph, unchanged, with its current weights as the
-/// initializers (inline, in each initializer's original type) to `path`, and
-/// checks the result with ONNX's checker. Throws OnnxError unless `model` was
-/// loaded from ONNX; std::runtime_error on write failures.
+/// Writes `model` to `path` (through engine/files.hpp's checked path), checked
+/// by ONNX's checker: an imported model's graph, unchanged, with its current
+/// weights as the initializers (inline, in each initializer's original type); a
+/// built-in stack (mlp, logreg, cnn26k, cnn17m) as the ONNX ops that compute it,
+/// reading examples of shape `example` (without the batch axis; required for
+/// them). Throws OnnxError for a model save_problem refuses; std::runtime_error
+/// on write failures.
 template <class T>
-void save(const ModelT<T>& model, const std::string& path);
+void save(const ModelT<T>& model, const std::string& path, const Shape& example = {});
 
 /// Why save() cannot write `model` ("" when it can), naming the model and the
 /// layer or op without an ONNX equivalent: for the checks before any work.

@@ -123,7 +123,8 @@ int run(const Options& o) {
     test_line = fmt::format("test accuracy {:.2f}% (loss {:.4f}) on {} test records", 100 * e.accuracy, e.loss, e.examples);
 #if DPGRAD_HAVE_ONNX
     if (!o.export_onnx.empty()) {
-      onnx::save(*r.model, o.export_onnx);
+      const Shape inputs = shape_of(d.test.inputs);  // one example's shape: the model reads it
+      onnx::save(*r.model, o.export_onnx, Shape(inputs.begin() + 1, inputs.end()));
       out["exported"] = o.export_onnx;
     }
 #endif

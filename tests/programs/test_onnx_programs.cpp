@@ -246,3 +246,19 @@ TEST_CASE("dpgrad-tune --export-onnx: a model without an ONNX export is refused 
   CHECK_FALSE(std::filesystem::exists(dir / "s"));
   CHECK_FALSE(std::filesystem::exists(dir / "best.onnx"));
 }
+
+TEST_CASE("dpgrad-tune --export-onnx writes the released built-in model, which imports again") {
+  dpgrad::test::KeyStoreForTests keys;
+  dpgrad::test::TempDir dir("dpgrad-onnx-export");
+  const Run r = dpgrad::test::run_argv({tune, "--dataset", "synthetic", "--model", "logreg", "--target-epsilon", "8",
+                                        "--score-noise", "0.05", "--trials", "poisson:3", "--epochs", "1",
+                                        "--batch-size", "256", "--search-dir", dir / "s", "--reproducible-noise",
+                                        "--seed", "1", "--export-onnx", dir / "best.onnx", "--json"});
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  REQUIRE(dpgrad::test::last_json(r.out)["released"] == true);
+  CHECK(dpgrad::test::last_json(r.out)["exported"] == dir / "best.onnx");
+  auto m = dpgrad::onnx::load<float>(dir / "best.onnx");
+  CHECK(m->input().sample_shape == dpgrad::Shape{1, 28, 28});
+  CHECK(m->output_classes() == 10);
+}
