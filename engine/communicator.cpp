@@ -75,6 +75,20 @@ void require_on_all_ranks(Communicator& comm, bool ok, const std::string& messag
                           " ranks refused their data or settings (see their messages)");
 }
 
+std::optional<int> stop_on_all_ranks(Communicator* comm, std::optional<int> stop) {
+  if (!comm || comm->size() == 1) return stop;
+  std::vector<double> stopped(std::size_t(comm->size()), 0.0);  // one flag per rank
+  stopped[std::size_t(comm->rank())] = stop ? 1.0 : 0.0;
+  comm->allreduce_sum(stopped.data(), stopped.size());
+  if (stop) return stop;
+  const auto first = std::find(stopped.begin(), stopped.end(), 1.0);
+  if (first != stopped.end())
+    throw RefusedOnAllRanks("rank " + std::to_string(first - stopped.begin()) +
+                            " ended before the run (its command line asked for --help or was refused): start every "
+                            "rank with the same options");
+  return std::nullopt;
+}
+
 void require_same_on_all_ranks(Communicator& comm, double value, const std::string& what) {
   if (comm.size() == 1) return;
   // rank 0's value, against which each rank checks its own exactly
@@ -218,8 +232,10 @@ int run_on_every_rank(const std::string& program,
     return body(comm);
   } catch (const RefusedOnAllRanks& e) {  // every rank refused together: none waits, so each ends normally
     return fail(e.what(), false);
-  } catch (const std::bad_alloc&) {
-    return fail(out_of_memory, true);
+  } catch (const std::bad_alloc& e) {  // one that names where (an imported model's forward pass) says so too
+    const std::string where = e.what();
+    return fail(where.find("out of memory") == std::string::npos ? out_of_memory : where + " (" + out_of_memory + ")",
+                true);
   } catch (const std::exception& e) {
     return fail(e.what(), true);
   }

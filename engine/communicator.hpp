@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -63,6 +64,14 @@ std::string broadcast_string(Communicator& comm, const std::string& s, int root 
 /// `message` where it failed, elsewhere naming the first rank that failed. Checks
 /// of one rank's data go through it, so that no rank waits for one that threw.
 void require_on_all_ranks(Communicator& comm, bool ok, const std::string& message);
+
+/// A program's step before anything collective (its command line read) on every
+/// rank: `stop` is this rank's exit status when it ends there (--help, a refused
+/// command line), nullopt when it goes on. Every rank learns whether any stops:
+/// a rank that stops gets its `stop` back, and when one does, the ranks that
+/// would go on throw RefusedOnAllRanks naming it, so no rank waits for one that
+/// has ended. Without a communicator (or on one rank), `stop` as it is.
+std::optional<int> stop_on_all_ranks(Communicator* comm, std::optional<int> stop);
 
 /// Throws std::runtime_error naming `what` unless every rank passed the same `value`
 /// (each rank compares its own with rank 0's, exactly; NaN equals NaN).

@@ -248,7 +248,8 @@ int main(int argc, char** argv) {
       "dpgrad-train",
       [&](const std::shared_ptr<Communicator>& comm) {
         ParsedOptions parsed = parse_train_options(argc, argv);
-        if (parsed.exit_code) return *parsed.exit_code;
+        // every rank agrees to go on before anything collective: one given --help must not leave the others waiting
+        if (const auto stop = stop_on_all_ranks(comm.get(), parsed.exit_code)) return *stop;
         Options& o = parsed.options;
         json resumed;
         if (o.resume) {  // rank 0 reads the checkpoint's options with the run's key; the others get them from it

@@ -2,7 +2,7 @@
 # dpgrad-train under mpirun, as a user runs it (docs/distributed.md):
 #   run_train.sh MPIRUN DPGRAD_TRAIN
 # 1. two ranks release what one process releases (reproducible noise, by name);
-# 2. a strategy that cannot shard ends the job with a clear error, not a hang;
+# 2. a strategy that cannot shard ends the job with a clear error, not a hang, and so does --help on one rank;
 # 3. a rank killed mid-run ends the job; the run then resumes from its last
 #    checkpoint, on 2 ranks and on 1 process, and finishes with the epsilon of
 #    an uninterrupted run;
@@ -69,6 +69,23 @@ differ batch "--hidden 16 --lr 0.5 --epochs 1 --target-epsilon 3 --batch-size 64
   "--hidden 16 --lr 0.5 --epochs 1 --target-epsilon 3 --batch-size 32" "batch-size"
 differ model "--lr 0.5 --batch-size 64 --epochs 1 --target-epsilon 3 --hidden 16" \
   "--lr 0.5 --batch-size 64 --epochs 1 --target-epsilon 3 --hidden 32" "hidden"
+
+# 2c. one rank given --help or a refused command line, the other a run: every rank ends, never a hang
+stops() {  # stops NAME "rank 0's flags" "rank 1's flags"
+  # shellcheck disable=SC2086
+  timeout 120 "$mpirun" --oversubscribe -np 1 "$train" $2 : -np 1 "$train" $3 >"$work/stop-$1.out" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$1: exit code $rc (124: it hung)"
+  grep -q "ended before the run" "$work/stop-$1.out" || { cat "$work/stop-$1.out" >&2; fail "$1: no message"; }
+  grep -q '"final"' "$work/stop-$1.out" && fail "$1: a rank ran"
+  echo "ok: $1 ended every rank (exit $rc)"
+}
+quick="--dataset synthetic --model mlp --hidden 16 --optimizer dp-sgd --lr 0.5 --batch-size 64 --epochs 1 --json"
+stops help-on-rank-0 "--help" "$quick"
+stops help-on-rank-1 "$quick" "--help"
+stops bad-flag-on-rank-1 "$quick" "$quick --no-such-flag"
+timeout 120 "$mpirun" --oversubscribe -np 2 "$train" --help >/dev/null 2>&1 || fail "--help on every rank: exit code $?"
+echo "ok: --help on every rank exits 0"
 
 # 3. killed, then resumed
 long=("${run[@]}" --epochs 8 --target-epsilon 3 --json)
