@@ -9,6 +9,7 @@
 // and the labels the runtime gives (onnx/run.cpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "onnx/compiler.hpp"
 
@@ -65,6 +66,10 @@ void Compiler::op_range() {
       fail("its start, limit and delta must be scalars known at load time");
   const bool floats = start.kind == Value::Kind::const_float || limit.kind == Value::Kind::const_float ||
                       delta.kind == Value::Kind::const_float;
+  constexpr std::int64_t big = std::int64_t(1) << 40;
+  if (!floats)
+    for (const Value* v : {&start, &limit, &delta})
+      if (std::abs(v->sints[0].c) >= big || std::abs(v->sints[0].b) >= big) fail("a huge value in its start, limit or delta");
   if (!batch_dependent(start) && !batch_dependent(limit)) {  // fixed: folded
     double a = 0, b = 0, d = 0;
     scalar(start, a);

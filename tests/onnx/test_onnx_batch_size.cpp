@@ -130,19 +130,39 @@ void refused_but_naive_exact(OnnxModel& m, OnnxModel& reference, const std::stri
 }  // namespace
 
 TEST_CASE("onnx batch size: a count of ones, ReduceSum(ConstantOfShape(Shape(x)[0:1], 1)), scaling the logits") {
+  // n = the batch's rows counted (ones made by ConstantOfShape, or a scalar Expanded over B); the logits
+  // scaled by n itself, or by (n != 256) as in issue 53: 1 below 256 rows, so only a batch of 256 would show
   test::TempDir dir("dpgrad-onnx-b");
-  OnnxGraph g = linear_graph();
-  g.node("Shape", {"x"}, {"shape"});
-  g.constant_ints("s0", {0});
-  g.constant_ints("s1", {1});
-  g.node("Slice", {"shape", "s0", "s1"}, {"b1"});
-  constant_of_shape(g, "b1", "ones", 1.0f, "ones_per_row");
-  OnnxGraph::attr(g.node("ReduceSum", {"ones"}, {"n"}, "count_rows"), "keepdims", std::int64_t(0));
-  g.node("Mul", {"logits", "n"}, {"y"}, "scale");
-  auto m = load_graph(g, dir);
-  OnnxGraph r = linear_graph();  // at batch size 1, n = 1
+  OnnxGraph r = linear_graph();  // at batch size 1, n = 1 and (n != 256) = 1
   r.node("Identity", {"logits"}, {"y"});
-  refused_but_naive_exact(*m, *load_graph(r, dir), "node 'count_rows' (ReduceSum)");
+  auto reference = load_graph(r, dir);
+  for (const bool expand : {false, true})
+    for (const bool compare : {false, true}) {
+      CAPTURE(expand);
+      CAPTURE(compare);
+      OnnxGraph g = linear_graph();
+      g.node("Shape", {"x"}, {"shape"});
+      g.constant_ints("s0", {0});
+      g.constant_ints("s1", {1});
+      g.node("Slice", {"shape", "s0", "s1"}, {"b1"});
+      if (expand) {
+        g.constant_float("one", 1.0f);
+        g.node("Expand", {"one", "b1"}, {"ones"}, "ones_per_row");
+      } else {
+        constant_of_shape(g, "b1", "ones", 1.0f, "ones_per_row");
+      }
+      OnnxGraph::attr(g.node("ReduceSum", {"ones"}, {"n"}, "count_rows"), "keepdims", std::int64_t(0));
+      if (compare) {
+        g.constant_float("k256", 256.0f);
+        g.node("Equal", {"n", "k256"}, {"is256"});
+        g.node("Not", {"is256"}, {"not256"});
+        cast(g, "not256", "f", 1);
+        g.node("Mul", {"logits", "f"}, {"y"}, "scale");
+      } else {
+        g.node("Mul", {"logits", "n"}, {"y"}, "scale");
+      }
+      refused_but_naive_exact(*load_graph(g, dir), *reference, "node 'count_rows' (ReduceSum)");
+    }
 }
 
 TEST_CASE("onnx batch size: logits scaled by Cast(Not(Equal(B, 256))) and by 1 - 2 Cast(Equal(B, 256))") {
@@ -190,6 +210,19 @@ TEST_CASE("onnx batch size: Range(0, B) added to the logits as data") {
   OnnxGraph r = linear_graph();  // at batch size 1 the Range is [0]
   r.node("Identity", {"logits"}, {"y"});
   refused_but_naive_exact(*m, *load_graph(r, dir), "node 'row_index' (Range)");
+  // a Range of fixed bounds is a constant: the logits plus Range(0, 2) = (0, 1) on each row stay exact
+  OnnxGraph f = linear_graph();
+  f.constant_ints("start", {0}, true);
+  f.constant_ints("limit", {2}, true);
+  f.constant_ints("step", {1}, true);
+  f.node("Range", {"start", "limit", "step"}, {"cols"}, "columns");
+  cast(f, "cols", "colsf", 1);
+  f.node("Add", {"logits", "colsf"}, {"y"});
+  auto fixed = load_graph(f, dir);
+  FastRng rng(13);
+  const PerSampleCheck c = check_per_sample(*fixed, random_batch({3, 3}, 2, rng));
+  INFO(c.str());
+  CHECK(c.agrees(1e-9));
 }
 
 TEST_CASE("onnx batch size: Size(x) and Shape(x)[0] as divisors of the logits") {
