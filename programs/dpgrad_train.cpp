@@ -98,6 +98,23 @@ PrivateTrainingConfig training_config(const Options& o, const std::shared_ptr<Co
   return c;
 }
 
+/// --export-onnx, before any data: the file can be written, and the model can be
+/// written to ONNX (a built-in model built for default sizes shows its layers; the data's sizes change none).
+void check_export(const Options& o) {
+  require_output_file(o.export_onnx, "--export-onnx");
+  if (o.model.rfind("onnx:", 0) == 0) return;
+#if DPGRAD_HAVE_ONNX
+  FastRng init(0);
+  ModelSpec spec;
+  spec.activation = parse_activation(o.activation);
+  spec.hidden = o.hidden;
+  const std::string problem = onnx::save_problem(*build_model<float>(o.model, spec, init));
+  require(problem.empty(), "--export-onnx: " + problem);
+#else
+  throw std::invalid_argument("--export-onnx: this dpgrad was built without ONNX (-Donnx)");
+#endif
+}
+
 /// What the run will write, before any data: its plot, its export, and the key store of
 /// its checkpoints (rank 0's, which holds the run's key and writes it at the first save).
 /// Refused on every rank when refused on one.
@@ -108,7 +125,7 @@ void check_outputs(const Options& o, const PrivateTrainingConfig& cfg, Communica
       require_gnuplot("--plot");
       require_output_file(o.plot, "--plot");
     }
-    if (!o.export_onnx.empty()) require_output_file(o.export_onnx, "--export-onnx");
+    if (!o.export_onnx.empty()) check_export(o);
     if (!cfg.checkpoints.dir.empty() && (!comm || comm->rank() == 0))
       check_key_store(cfg.checkpoints.key_store.empty() ? default_key_store() : cfg.checkpoints.key_store);
   } catch (const std::exception& e) {
@@ -225,9 +242,11 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   summary.update({{"model", model->name()}, {"optimizer", o.optimizer}});
 #if DPGRAD_HAVE_ONNX
   if (!o.export_onnx.empty() && (!comm || comm->rank() == 0)) {
-    onnx::save(*model, o.export_onnx);
+    const Shape inputs = shape_of(d.test.inputs);  // one example's shape: a built-in model reads it
+    onnx::save(*model, o.export_onnx, Shape(inputs.begin() + 1, inputs.end()));
     summary["exported"] = o.export_onnx;
-    say("trained model written to " + o.export_onnx + " (the file's graph with the trained weights)");
+    say("trained model written to " + o.export_onnx +
+        (dynamic_cast<onnx::OnnxModelT<float>*>(model.get()) ? " (the file's graph with the trained weights)" : ""));
   }
 #endif
   if (!o.plot.empty()) {

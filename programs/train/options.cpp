@@ -33,7 +33,8 @@ void for_each_option(O& o, F&& f) {
   f("model", o.model, "one of:\n" + model_help() + "  onnx:PATH: an ONNX file's model (docs/onnx.md)", kRun);
   f("freeze", o.freeze, "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular "
     "expression constant: no gradient, no clipping, no noise", kRun);
-  f("export-onnx", o.export_onnx, "onnx:PATH: write the trained model to this ONNX file at the end", kSession);
+  f("export-onnx", o.export_onnx, "write the trained model to this ONNX file at the end (onnx:PATH, and the built-in "
+    "mlp, logreg, cnn26k and cnn17m)", kSession);
   f("dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text", kRun);
   f("vocab-file", o.vocab_file, "text: token ids from this public token list (one token per line) instead of "
     "feature hashing", kRun);
@@ -181,7 +182,6 @@ void check_train_options(Options& o, const std::set<std::string>& given) {
           "--frozen-embedding: only the transformer's embedding can be frozen, not " + o.model + "'s");
   require(!onnx_model || o.model.size() > 5, "--model onnx:PATH needs the path of an ONNX file");
   require(o.freeze.empty() || onnx_model, "--freeze applies to --model onnx:PATH (the built-in models: see --frozen-embedding)");
-  require(o.export_onnx.empty() || onnx_model, "--export-onnx applies to --model onnx:PATH");
   require(o.export_onnx.empty() || o.run.ema == 0,
           "--export-onnx writes the trained parameters, --ema evaluates their average: use one of them");
   require(o.schedule == "constant" || o.schedule == "cosine", "--lr-schedule must be constant or cosine");

@@ -262,3 +262,23 @@ TEST_CASE("dpgrad-tune --export-onnx writes the released built-in model, which i
   CHECK(m->input().sample_shape == dpgrad::Shape{1, 28, 28});
   CHECK(m->output_classes() == 10);
 }
+
+TEST_CASE("dpgrad-train --export-onnx writes a built-in model, and refuses one without an export before any data") {
+  dpgrad::test::TempDir dir("dpgrad-onnx-export");
+  const Run r = dpgrad::test::run_argv({train, "--model", "cnn26k", "--dataset", "synthetic", "--optimizer", "dp-sgd",
+                                        "--noise-multiplier", "1", "--batch-size", "64", "--max-steps", "1",
+                                        "--epochs", "1", "--export-onnx", dir / "cnn.onnx"});
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto m = dpgrad::onnx::load<float>(dir / "cnn.onnx");
+  CHECK(m->input().sample_shape == dpgrad::Shape{1, 28, 28});
+  CHECK(m->output_classes() == 10);
+  CHECK(m->parameters().size() == 8);
+  const Run no = dpgrad::test::run_argv({train, "--model", "bigru", "--dataset", "synthetic-text", "--optimizer",
+                                         "dp-sgd", "--noise-multiplier", "1", "--max-steps", "1", "--export-onnx",
+                                         dir / "gru.onnx"});
+  CHECK(no.status == 2);
+  CHECK_MESSAGE(no.out.find("--export-onnx: model 'bigru'") != std::string::npos, no.out);
+  CHECK(no.out.find("epsilon") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "gru.onnx"));
+}
