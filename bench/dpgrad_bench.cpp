@@ -713,6 +713,16 @@ FitBlock run_fit(const Options& o, const std::string& model, Reporter& rep) {
 
 // ---------------------------------------------------------------- markdown
 
+/// The BLAS kernels of this run: "OpenBLAS core Cooperlake (this CPU runs SkylakeX's)", and who set OPENBLAS_CORETYPE.
+std::string blas_core_line() {
+  const blas::CoreCheck c = blas::check_core();
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  return fmt::format("OpenBLAS core {} (this CPU runs {}'s{}){}", c.detected, c.supported.empty() ? "generic" : c.supported,
+                     c.weaker ? ": SLOWER KERNELS" : "",
+                     set && *set ? fmt::format("; OPENBLAS_CORETYPE={} set{}", set, c.user_set ? " by the user" : " by dpgrad")
+                                 : std::string());
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -755,6 +765,7 @@ void write_markdown(const std::string& path, const std::string& command, const s
                     std::thread::hardware_concurrency(), mem_total_gib(), threads)
      << fmt::format("- Build: `{}`; the engine's SIMD kernels: {} (chosen at run time, docs/library.md)\n",
                     DPGRAD_BUILD_FLAGS, simd::kernel_set())
+     << fmt::format("- BLAS: {} (docs/training.md, \"The BLAS core\")\n", blas_core_line())
      << fmt::format("- Load average when the run started (1, 5, 15 min; other processes add noise): {}\n", load)
      << fmt::format("- Date: {}\n", utc_now()) << fmt::format("- Command: `{}`\n", command)
      << fmt::format("- Total time: {:.0f} s\n\n", total_s)
@@ -993,6 +1004,7 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
   const std::string load = load_average();
   if (o.threads > 0) blas::set_threads(o.threads);
   Reporter rep(o.json_out);
+  rep.say("dpgrad-bench: {}\n", blas_core_line());
   std::vector<SpeedBlock> speed;
   std::vector<FitBlock> fits;
   auto add_speed = [&](const Options& p) {
@@ -1064,6 +1076,7 @@ int run(Options o, const std::string& command, const std::set<std::string>& give
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_best_blas_core("dpgrad-bench", argc, argv);
   if (const auto closed = guard_standard_output("dpgrad-bench")) return *closed;
   keep_freed_memory();  // as dpgrad-train does: every method is timed with the same allocator settings
   Parsed parsed = parse_bench_options(argc, argv);

@@ -2,6 +2,7 @@
 // each job (the next op usually follows within microseconds), then sleep. The
 // caller and the workers claim a job's pieces from one atomic ticket.
 #include "engine/parallel.hpp"
+#include "engine/blas.hpp"
 
 #include <cblas.h>
 
@@ -217,6 +218,8 @@ class Pool {
 Pool& pool() {
   static Pool p = [] {
     openblas_set_num_threads(1);
+    // once per process: OpenBLAS on kernels slower than the CPU runs (docs/training.md, "The BLAS core")
+    if (const std::string w = blas::core_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
     return Pool(default_threads());
   }();
   return p;

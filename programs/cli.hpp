@@ -25,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/blas.hpp"   // use_best_core
 #include "engine/files.hpp"  // require_output_file, write_output_file
 
 namespace dpgrad {
@@ -289,6 +290,15 @@ inline std::optional<int> guard_standard_output(const char* program) {
     std::_Exit(kExitOutputFailed);
   });
   return std::nullopt;
+}
+
+/// Call first in every program's main, before any other work: when OpenBLAS
+/// took the CPU for an older one and the user set no OPENBLAS_CORETYPE, runs the
+/// program again with the right kernels (blas::use_best_core); says so in one
+/// line on standard error.
+inline void use_best_blas_core(const char* program, int argc, char** argv) {
+  const std::string line = blas::use_best_core(argc, argv);
+  if (!line.empty()) std::fprintf(stderr, "%s: %s\n", program, line.c_str());
 }
 
 }  // namespace dpgrad

@@ -369,6 +369,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpgrad::use_best_blas_core("dpgrad-account", argc, argv);
   if (const auto closed = dpgrad::guard_standard_output("dpgrad-account")) return *closed;
   try {
     return dpgrad::finish_standard_output("dpgrad-account", run(argc, argv));

@@ -82,6 +82,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_best_blas_core("dpgrad-audit", argc, argv);
   if (const auto closed = guard_standard_output("dpgrad-audit")) return *closed;
   keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {

@@ -137,6 +137,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_best_blas_core("dpgrad-logreg", argc, argv);
   if (const auto closed = guard_standard_output("dpgrad-logreg")) return *closed;
   keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {

@@ -274,6 +274,7 @@ int run(const pate::Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_best_blas_core("dpgrad-pate", argc, argv);
   if (const auto closed = guard_standard_output("dpgrad-pate")) return *closed;
   keep_freed_memory();  // reuse what each training step frees (docs/library.md, "Speed")
   try {

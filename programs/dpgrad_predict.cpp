@@ -102,6 +102,7 @@ ArrayT<std::int64_t> checked_token_ids(ArrayT<std::int64_t> ids, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_best_blas_core("dpgrad-predict", argc, argv);
   if (const auto closed = guard_standard_output("dpgrad-predict")) return *closed;
   std::string model_path, input, output;
   std::size_t batch_size = 256;

@@ -260,6 +260,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_best_blas_core("dpgrad-train", argc, argv);
   if (const auto closed = guard_standard_output("dpgrad-train")) return *closed;
   keep_freed_memory();
   // Under mpirun or srun: one run over every process, rank 0 printing (docs/distributed.md).

@@ -152,6 +152,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   if (const auto closed = guard_standard_output("dpgrad-tune")) return *closed;
+  use_best_blas_core("dpgrad-tune", argc, argv);
   keep_freed_memory();
   Options o;
   try {
