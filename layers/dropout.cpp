@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/ops.hpp"
 #include "engine/parallel.hpp"
@@ -168,6 +169,7 @@ DropoutRecords::~DropoutRecords() {
 
 template <class T>
 ArrayT<T> dropout_mask(const TensorT<T>& x, double p, Rng& fallback) {
+  if (!(p >= 0.0 && p < 1.0)) throw std::invalid_argument("Dropout: p must be in [0, 1), got " + std::to_string(p));
   ArrayT<T> mask = ArrayT<T>::from_shape(x.shape());
   if (!context.key) {
     const T keep = T(1.0 / (1.0 - p));

@@ -19,6 +19,7 @@ namespace dpgrad {
 /// key. The forward pass must then name its records (DropoutRecords).
 class DropoutKeyScope {
  public:
+  /// Masks keyed by (a copy of) `key` at `step` until this scope ends; the previous scope's after.
   DropoutKeyScope(const HashKey& key, std::uint64_t step);
   ~DropoutKeyScope();
   DropoutKeyScope(const DropoutKeyScope&) = delete;
@@ -37,6 +38,7 @@ class DropoutKeyScope {
 /// two dropout layers draw different masks. `ids` must outlive it.
 class DropoutRecords {
  public:
+  /// Rows of record ids `ids` (one per row), `views` rows to an example; or those of `batch`.
   DropoutRecords(std::span<const std::int64_t> ids, std::size_t views);
   template <class T>
   explicit DropoutRecords(const BatchT<T>& batch) : DropoutRecords(batch.ids, batch.views) {}

@@ -40,7 +40,8 @@ struct LoadOptions {
   /// grow with the batch. The file's own tensors are bounded by max_file_bytes.
   std::size_t max_bytes_per_example = std::size_t(1) << 30;
   std::size_t max_constant_bytes = std::size_t(1) << 30;
-  /// Seed of the dropout masks the model draws in training mode.
+  /// Seed of the dropout masks the model draws in training mode outside a private
+  /// run (in one they are keyed per record: layers/dropout.hpp).
   std::uint64_t dropout_seed = 0;
 };
 
@@ -95,7 +96,8 @@ template <class T>
 class OnnxModelT final : public ModelT<T> {
  public:
   /// A model running a compiled program (as load() makes it), with its parameters
-  /// set from the program's initializers; `dropout_seed` seeds its dropout masks.
+  /// set from the program's initializers; `dropout_seed` seeds its dropout masks
+  /// outside a private run.
   explicit OnnxModelT(std::shared_ptr<const detail::Program> program, std::uint64_t dropout_seed = 0);
   ~OnnxModelT() override;
   TensorT<T> forward(const BatchT<T>& batch) override;
