@@ -20,6 +20,66 @@
 namespace dpgrad {
 
 template <class T>
+double check_noise_settings(const DPConfig& c, const ClipStrategyT<T>& strategy, double expected_batch,
+                            std::size_t layers) {
+  if (strategy.adapts_layers() && !c.adaptive)
+    throw std::invalid_argument(strategy.name() + " moves each layer's clip norm by a noised count of its own: it needs "
+                                "adaptive clipping (DPConfig::adaptive: the quantile, the counts' noise and the step)");
+  const bool noised = strategy.is_private() && c.noise_multiplier > 0;
+  double count_noise = 0;
+  if (c.adaptive) {
+    const AdaptiveClipping& a = *c.adaptive;
+    if (strategy.jl_dim() > 0)
+      throw std::invalid_argument(
+          "adaptive clipping cannot run with " + strategy.name() + ": its count of unclipped contributions is "
+          "accounted with the clipped sum as one Gaussian mechanism, and jl:K's sum is accounted by the JL "
+          "mechanism's own analysis (its clipping bound is random), which does not cover the joint release; use "
+          "ghost, vanilla, naive or microbatch:M (docs/math.md section 8)");
+    if (!noised)
+      throw std::invalid_argument("adaptive clipping releases a noised count of unclipped contributions: it needs "
+                                  "noise (a noise multiplier > 0)");
+    if (!(a.quantile >= 0 && a.quantile <= 1))
+      throw std::invalid_argument("adaptive clipping's quantile must be in [0, 1], got " + privacy::format_number(a.quantile, 6));
+    if (!(a.lr >= 0 && a.lr <= 10))
+      throw std::invalid_argument("adaptive clipping's learning rate must be in [0, 10], got " + privacy::format_number(a.lr, 6));
+    // per layer: G counts, each layer starting from C / sqrt(G)
+    const std::size_t counts = adaptive_counts(true, strategy, layers);
+    const double G = double(counts), first = c.clip_norm / std::sqrt(G);
+    if (!(a.min_clip_norm >= 1e-12 && a.min_clip_norm <= first && first <= a.max_clip_norm && a.max_clip_norm <= 1e6))
+      throw std::invalid_argument(std::string("adaptive clipping keeps ") +
+                                  (counts > 1 ? "each layer's C_g (first C / sqrt(layers))" : "C") +
+                                  " in [min, max] with 1e-12 <= min <= C <= max <= 1e6; got "
+                                  "[" + privacy::format_number(a.min_clip_norm, 6) + ", " +
+                                  privacy::format_number(a.max_clip_norm, 6) + "] and " +
+                                  (counts > 1 ? "C_g = " : "C = ") + privacy::format_number(first, 6));
+    if (!(a.count_noise >= 0 && std::isfinite(a.count_noise)))
+      throw std::invalid_argument("adaptive clipping's count noise must be >= 0 (0: the default), got " +
+                                  privacy::format_number(a.count_noise, 6));
+    count_noise = a.count_noise == 0 ? strategy.normaliser(expected_batch) / 20 : a.count_noise;  // the paper's choice
+    // each count's sensitivity is 1/2 (its terms are b - 1/2), so the releases are one Gaussian
+    // mechanism at sigma when sigma^-2 = sigma_g^-2 + G (2 sigma_b)^-2 (docs/math.md section 8)
+    if (!(2 * count_noise > std::sqrt(G) * c.noise_multiplier * 1.0000001))
+      throw std::invalid_argument(
+          "adaptive clipping's count noise " + privacy::format_number(count_noise, 6) + " must exceed " +
+          (counts > 1 ? "sqrt(layers) / 2 times" : "half") + " the noise multiplier (" +
+          privacy::format_number(std::sqrt(G) * c.noise_multiplier / 2, 6) + "): the count" + (counts > 1 ? "s" : "") +
+          " and the clipped sum share the run's sigma; give a larger count noise (the default is the expected "
+          "contributions per batch / 20)");
+  }
+  if (noised) {
+    // the grid adds noise to values below 2^52 grid steps, at least 2^27 sigma C (docs/noise.md): a batch's sum
+    // of contributions of norm C reaches L C, with room for larger Poisson batches
+    const double smallest = 4 * expected_batch * std::ldexp(1.0, -27);
+    if (!(c.noise_multiplier >= smallest))
+      throw std::invalid_argument("noise multiplier " + privacy::format_number(c.noise_multiplier, 6) +
+                                  " is too small for the noise grid: a batch's clipped sum (about " +
+                                  privacy::format_number(expected_batch, 6) + " contributions of norm up to C) needs at least " +
+                                  privacy::format_number(smallest, 3) + " (docs/noise.md)");
+  }
+  return count_noise;
+}
+
+template <class T>
 DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrategyT<T>& strategy, DPConfig c,
                               const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
     : model_(model), base_(base), strategy_(strategy), config_(c), sampler_(sampler), grid_clip_norm_(c.clip_norm),
@@ -62,47 +122,15 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
   }
   gradient_sigma_ = c.noise_multiplier;
   expected_contributions_ = strategy.normaliser(L);
-  if (strategy.adapts_layers() && !c.adaptive)
-    throw std::invalid_argument(strategy.name() + " moves each layer's clip norm by a noised count of its own: it needs "
-                                "adaptive clipping (DPConfig::adaptive: the quantile, the counts' noise and the step)");
+  const double count_noise = check_noise_settings(c, strategy, L, clip_layers(model.parameters()).size());
   if (c.adaptive) {
     AdaptiveClipping& a = *config_.adaptive;
-    if (strategy.jl_dim() > 0)
-      throw std::invalid_argument(
-          "adaptive clipping cannot run with " + strategy.name() + ": its count of unclipped contributions is "
-          "accounted with the clipped sum as one Gaussian mechanism, and jl:K's sum is accounted by the JL "
-          "mechanism's own analysis (its clipping bound is random), which does not cover the joint release; use "
-          "ghost, vanilla, naive or microbatch:M (docs/math.md section 8)");
-    if (!adds_noise())
-      throw std::invalid_argument("adaptive clipping releases a noised count of unclipped contributions: it needs "
-                                  "noise (a noise multiplier > 0)");
-    if (!(a.quantile >= 0 && a.quantile <= 1))
-      throw std::invalid_argument("adaptive clipping's quantile must be in [0, 1], got " + privacy::format_number(a.quantile, 6));
-    if (!(a.lr >= 0 && a.lr <= 10))
-      throw std::invalid_argument("adaptive clipping's learning rate must be in [0, 10], got " + privacy::format_number(a.lr, 6));
+    a.count_noise = count_noise;
     // per layer: G counts, each layer starting from C / sqrt(G)
     counts_ = adaptive_counts(true, strategy, clip_layers(model.parameters()).size());
     const double G = double(counts_), first = c.clip_norm / std::sqrt(G);
-    if (!(a.min_clip_norm >= 1e-12 && a.min_clip_norm <= first && first <= a.max_clip_norm && a.max_clip_norm <= 1e6))
-      throw std::invalid_argument(std::string("adaptive clipping keeps ") +
-                                  (counts_ > 1 ? "each layer's C_g (first C / sqrt(layers))" : "C") +
-                                  " in [min, max] with 1e-12 <= min <= C <= max <= 1e6; got "
-                                  "[" + privacy::format_number(a.min_clip_norm, 6) + ", " +
-                                  privacy::format_number(a.max_clip_norm, 6) + "] and " +
-                                  (counts_ > 1 ? "C_g = " : "C = ") + privacy::format_number(first, 6));
-    if (!(a.count_noise >= 0 && std::isfinite(a.count_noise)))
-      throw std::invalid_argument("adaptive clipping's count noise must be >= 0 (0: the default), got " +
-                                  privacy::format_number(a.count_noise, 6));
-    if (a.count_noise == 0) a.count_noise = expected_contributions_ / 20;  // the paper's choice
     // each count's sensitivity is 1/2 (its terms are b - 1/2), so the releases are one Gaussian
     // mechanism at sigma when sigma^-2 = sigma_g^-2 + G (2 sigma_b)^-2 (docs/math.md section 8)
-    if (!(2 * a.count_noise > std::sqrt(G) * c.noise_multiplier * 1.0000001))
-      throw std::invalid_argument(
-          "adaptive clipping's count noise " + privacy::format_number(a.count_noise, 6) + " must exceed " +
-          (counts_ > 1 ? "sqrt(layers) / 2 times" : "half") + " the noise multiplier (" +
-          privacy::format_number(std::sqrt(G) * c.noise_multiplier / 2, 6) + "): the count" + (counts_ > 1 ? "s" : "") +
-          " and the clipped sum share the run's sigma; give a larger count noise (the default is the expected "
-          "contributions per batch / 20)");
     gradient_sigma_ =
         1 / std::sqrt(1 / (c.noise_multiplier * c.noise_multiplier) - G / (4 * a.count_noise * a.count_noise));
     clip_state_ = ArrayT<T>::from_shape({counts_});
@@ -110,16 +138,6 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
     // every C within reach is checked now, so that no step can be refused later
     set_clip_geometry(a.min_clip_norm * std::sqrt(G));
     set_clip_geometry(a.max_clip_norm * std::sqrt(G));
-  }
-  if (adds_noise()) {
-    // the grid adds noise to values below 2^52 grid steps, at least 2^27 sigma C (docs/noise.md): a batch's sum
-    // of contributions of norm C reaches L C, with room for larger Poisson batches
-    const double smallest = 4 * L * std::ldexp(1.0, -27);
-    if (!(c.noise_multiplier >= smallest))
-      throw std::invalid_argument("noise multiplier " + privacy::format_number(c.noise_multiplier, 6) +
-                                  " is too small for the noise grid: a batch's clipped sum (about " +
-                                  privacy::format_number(L, 6) + " contributions of norm up to C) needs at least " +
-                                  privacy::format_number(smallest, 3) + " (docs/noise.md)");
   }
   apply_clip_state();
 }
@@ -547,5 +565,7 @@ void DPOptimizerT<T>::reset_gradient_energy() {
 
 template class DPOptimizerT<float>;
 template class DPOptimizerT<double>;
+template double check_noise_settings(const DPConfig&, const ClipStrategyT<float>&, double, std::size_t);
+template double check_noise_settings(const DPConfig&, const ClipStrategyT<double>&, double, std::size_t);
 
 }  // namespace dpgrad

@@ -88,6 +88,20 @@ struct DPConfig {
   double max_parameter = 1e6;
 };
 
+/// The private optimizer's checks of what its noise multiplier settles, which need
+/// no model and no data: with adaptive clipping (c.adaptive), its settings for
+/// `strategy` (`layers`: clip_layers' count), the first C (per layer: C /
+/// sqrt(layers)) within [min, max], and the count-noise rule 2 sigma_b > sqrt(G)
+/// sigma, sigma_b defaulting to the expected contributions / 20; and sigma within
+/// the noise grid's range for batches of about `expected_batch` examples. Returns
+/// the count noise (its default filled in; 0 without adaptive clipping). Throws
+/// std::invalid_argument naming the problem. DPOptimizerT's constructor calls it; a
+/// search's plan calls it for every configuration at its calibrated sigma, before
+/// K is drawn (optim/run/tune.hpp).
+template <class T>
+double check_noise_settings(const DPConfig& c, const ClipStrategyT<T>& strategy, double expected_batch,
+                            std::size_t layers);
+
 /// Thrown by DPOptimizerT::step when the update left a parameter that is not
 /// finite or larger in magnitude than DPConfig::max_parameter: the run has
 /// diverged (a learning rate far too large, say). The step was taken and

@@ -82,6 +82,7 @@ int run(const Options& o) {
   c.trial.physical_batch_size = o.physical_batch;
   c.trial.ema = o.ema;
   c.trial.clipping = make_clip_strategy<float>(parse_clip_spec(o.strategy), double(o.batch_sizes.front()));
+  check_search_settings(c);  // a target out of reach for any number of records is refused before the data is read
   check_export(o);
   check_key_store();  // the search's key is written before its first trial: its store is checked now
   // ---- data and the trials' factory

@@ -130,6 +130,66 @@ std::vector<TrialSettings> accounting_cases(const SearchConfigT<T>& c) {
   return out;
 }
 
+/// Refuses a configuration of the space that its trial's optimizer would refuse
+/// at the search's sigma: adaptive clipping's count-noise rule, its range of C
+/// (at both ends of the space's clip norms) and the noise grid's range. Checked
+/// before K and the settings are drawn: a trial refused part-way through a search
+/// would show that the search got that far, which tells something of K.
+template <class T>
+void check_case_at_sigma(const SearchConfigT<T>& c, TrialSettings s, const SearchPlan& p, std::size_t parameters,
+                         std::size_t layers) {
+  for (const double clip_norm : {c.space.clip_norm.first, c.space.clip_norm.second}) {
+    s.clip_norm = clip_norm;
+    const PrivateTrainingConfigT<T> cfg = trial_config(c, s, p.noise_multiplier, p.delta);
+    try {
+      check_training_config(cfg, s.lr);
+      const RunPlan plan = plan_run(cfg, p.train_records, parameters, layers);
+      const std::shared_ptr<ClipStrategyT<T>> strategy = cfg.clipping ? cfg.clipping : clipping::ghost<T>();
+      DPConfig dc;
+      dc.clip_norm = clip_norm;
+      dc.noise_multiplier = plan.noise_multiplier();
+      dc.adaptive = cfg.adaptive_clipping;
+      check_noise_settings(dc, *strategy, plan.expected_batch_size(), layers);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("the search's trials at its calibrated noise multiplier " + num(p.noise_multiplier) +
+                                  " (for the target epsilon " + num(c.target_epsilon) + "), batch size " +
+                                  std::to_string(s.batch_size) + ", " + num(s.epochs) + " epochs and C " +
+                                  num(clip_norm) + ": " + e.what());
+    }
+  }
+}
+
+/// A lower bound on the epsilon plan_search finds for any number of records n >= 4:
+/// the trials' training taken to cost nothing, the scores what n records' held-out
+/// part makes them cost, at the given delta or n's default (the prior releases
+/// included). With a given delta the bound falls as n grows, so n -> infinity
+/// (scores that cost nothing) bounds every n. The default delta is 10^-k for n in
+/// (0.6 10^(k-1), 0.6 10^k]: within each such band the bound is smallest at the
+/// band's top; above 6e14 records delta is at most 1e-16.
+template <class T>
+double search_floor(const SearchConfigT<T>& c) {
+  const std::vector<double> orders = privacy::default_rdp_orders();
+  std::vector<double> prior(orders.size(), 0.0);
+  double draws = 1;  // the score
+  for (const auto& r : c.released_before) {
+    for (std::size_t i = 0; i < prior.size(); ++i) prior[i] += privacy::rdp_subsampled_gaussian(1.0, r.noise_multiplier, orders[i]);
+    draws += r.draws;
+  }
+  auto at = [&](double n, double delta) {  // n = 0: infinitely many records
+    std::vector<double> scores(orders.size(), 0.0);
+    if (n > 0) {
+      const double held_out = std::max(1.0, double(std::llround(n * c.validation_fraction)));
+      for (std::size_t i = 0; i < orders.size(); ++i)
+        scores[i] = privacy::rdp_subsampled_gaussian(1.0, c.score_noise * held_out, orders[i]);
+    }
+    return privacy::search_epsilon(c.trials, orders, scores, prior, delta, draws).epsilon;
+  };
+  if (c.delta) return at(0, *c.delta);
+  double floor = at(0, 1e-16);
+  for (int k = 1; k <= 15; ++k) floor = std::min(floor, at(std::floor(0.6 * std::pow(10.0, k)), std::pow(10.0, -k)));
+  return floor;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- settings
@@ -213,7 +273,7 @@ std::string SearchResultT<T>::privacy_statement() const {
 // ---------------------------------------------------------------- the plan
 
 template <class T>
-SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size_t parameters, std::size_t layers) {
+void check_search_settings(const SearchConfigT<T>& c) {
   c.space.check();
   c.trials.check();
   require(std::isfinite(c.target_epsilon) && c.target_epsilon > 0,
@@ -234,6 +294,19 @@ SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size
   for (const auto& r : c.released_before)
     require(r.noise_multiplier > 0 && std::isfinite(r.noise_multiplier) && r.draws >= 1 && std::isfinite(r.draws),
             "a release before the search needs a noise multiplier > 0 and draws >= 1");
+  require(!c.delta || (*c.delta > 0 && *c.delta < 1), "the search's delta must be in (0, 1), got " + num(c.delta.value_or(0)));
+  for (const auto& s : accounting_cases(c)) check_training_config(trial_config(c, s, 1.0, c.delta.value_or(0.1)), s.lr);
+  const double floor = search_floor(c);
+  require(floor < c.target_epsilon,
+          "the search's target epsilon " + num(c.target_epsilon) + " is out of reach whatever the number of records: " +
+              "even with trials that cost nothing it spends at least " + privacy::format_epsilon(floor) + " (the " +
+              "number of trials, the scores" + (c.released_before.empty() ? "" : ", the releases before the search") +
+              " and delta); raise the target or score_noise, or use a distribution with fewer trials");
+}
+
+template <class T>
+SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size_t parameters, std::size_t layers) {
+  check_search_settings(c);
   SearchPlan p;
   p.validation_records = std::max<std::size_t>(1, std::size_t(std::llround(double(records) * c.validation_fraction)));
   require(records >= 2 * p.validation_records && records >= 4,
@@ -245,7 +318,6 @@ SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size
 
   // the worst trial's RDP curve over every configuration of the space, and the prior releases'
   const auto cases = accounting_cases(c);
-  for (const auto& s : cases) check_training_config(trial_config(c, s, 1.0, p.delta), s.lr);
   const std::vector<double> orders = privacy::default_rdp_orders();  // the trials' RdpAccountant's grid
   std::vector<double> prior(orders.size(), 0.0);
   double prior_draws = 0;
@@ -296,6 +368,7 @@ SearchPlan plan_search(const SearchConfigT<T>& c, std::size_t records, std::size
   p.epsilon = at_hi.epsilon;
   p.max_trials = at_hi.max_trials;
   p.cap_tail = at_hi.tail;
+  for (const auto& s : cases) check_case_at_sigma(c, s, p, parameters, layers);
   return p;
 }
 
@@ -474,6 +547,8 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
 
 template struct SearchResultT<float>;
 template struct SearchResultT<double>;
+template void check_search_settings(const SearchConfigT<float>&);
+template void check_search_settings(const SearchConfigT<double>&);
 template SearchPlan plan_search(const SearchConfigT<float>&, std::size_t, std::size_t, std::size_t);
 template SearchPlan plan_search(const SearchConfigT<double>&, std::size_t, std::size_t, std::size_t);
 template SearchResultT<float> tune(const TrialFactoryT<float>&, const BatchT<float>&, SearchConfigT<float>,

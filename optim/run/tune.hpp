@@ -121,10 +121,21 @@ struct SearchResultT {
 };
 using SearchResult = SearchResultT<float>;
 
+/// What a search's settings allow to check before the number of records is known
+/// (a program calls it before it reads any data; plan_search calls it first): the
+/// space, the distribution of K, the trial config, and a target within reach for
+/// some number of records: one below what the trials' count (and the releases
+/// before the search) spend even when the trials and the scores cost nothing is
+/// refused, saying that floor. Throws std::invalid_argument naming the problem.
+template <class T>
+void check_search_settings(const SearchConfigT<T>& config);
+
 /// Plans a search on `records` records for models of `parameters` values:
 /// calibrates the trials' noise multiplier for config.target_epsilon (the
 /// score's noise, every configuration of the space and the releases before it
-/// included). `layers`: the models' clip_layers() count, which a
+/// included), then checks every configuration at that sigma as its trial's
+/// optimizer will (adaptive clipping's count-noise rule, say), so that no trial is
+/// refused after K is drawn. `layers`: the models' clip_layers() count, which a
 /// "+layers:adaptive" strategy needs (as plan_run). Throws std::invalid_argument
 /// naming the first problem (a target out of reach says what is reachable).
 template <class T>

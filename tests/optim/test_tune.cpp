@@ -210,3 +210,62 @@ TEST_CASE("tune: a search killed in the middle of a trial resumes that trial fro
   CHECK(done["best"] == whole["best"]);
   CHECK(done["scores"] == whole["scores"]);  // the resumed trial continued the same run (its generators are in its checkpoint)
 }
+
+TEST_CASE("tune: a configuration its trial would refuse at the calibrated sigma is refused before K is drawn") {
+  test::KeyStoreForTests keys;
+  test::TempDir dir("dpgrad-tune");
+  const BatchT<double> data = test::three_class_records(600, 8, 21);
+  SearchConfigT<double> c = search_config(dir.path / "search");
+  c.space.batch_sizes = {20, 100};
+  c.target_epsilon = 2;
+  // adaptive clipping's default count noise is the batch / 20: 1 at batch 20, which needs sigma < 2
+  const double sigma = plan_search(c, 600, 27).noise_multiplier;
+  REQUIRE(sigma > 2);  // the rule fails at the calibrated sigma, not at sigma 1
+  c.space.clip_quantile = std::pair{0.4, 0.6};
+  c.trial.adaptive_clipping = AdaptiveClipping{};
+  try {
+    plan_search(c, 600, 27);
+    FAIL("accepted");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("calibrated noise multiplier") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("batch size 20") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("count noise 1 must exceed half the noise multiplier") != std::string::npos, what);
+  }
+  Factory f;
+  CHECK_THROWS_WITH_AS(tune(f.fn(), data, c), doctest::Contains("count noise"), std::invalid_argument);
+  CHECK_FALSE(std::filesystem::exists(c.dir));  // no search state, no trial folder: K was never drawn
+  // with a count noise that meets the rule at that sigma, the plan goes through
+  c.trial.adaptive_clipping->count_noise = sigma;
+  CHECK(plan_search(c, 600, 27).noise_multiplier == doctest::Approx(sigma).epsilon(1e-3));
+}
+
+TEST_CASE("tune: a target out of reach for any number of records is refused before the records are counted") {
+  test::TempDir dir("dpgrad-tune");
+  SearchConfigT<double> c = search_config(dir.path);
+  c.target_epsilon = 0.001;
+  CHECK_THROWS_WITH_AS(check_search_settings(c), doctest::Contains("out of reach whatever the number of records"),
+                       std::invalid_argument);
+  // the floor is below every plan's: a target some plan reaches passes the check (which refuses less than plans do)
+  c = search_config(dir.path);
+  c.score_noise = 1;
+  bool reached = false;
+  for (const double target : {0.02, 0.05, 0.1, 0.2, 0.5})
+    for (const bool default_delta : {false, true})
+    for (const std::size_t n : {1000, 8000}) {
+      c.target_epsilon = target;
+      c.delta = default_delta ? std::optional<double>() : std::optional<double>(1e-4);
+      CAPTURE(target);
+      CAPTURE(default_delta);
+      CAPTURE(n);
+      try {
+        plan_search(c, n, 27);
+      } catch (const std::invalid_argument& e) {
+        CHECK_MESSAGE(std::string(e.what()).find("out of reach") != std::string::npos, std::string(e.what()));
+        continue;
+      }
+      reached = true;
+      CHECK_NOTHROW(check_search_settings(c));
+    }
+  CHECK(reached);
+}

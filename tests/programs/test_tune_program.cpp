@@ -111,3 +111,15 @@ TEST_CASE("dpgrad-tune: a large target epsilon is met; no message names a noise 
   CHECK(j["search"]["noise_multiplier"].get<double>() > 0);
   CHECK_FALSE(contains(r.out, "proves no finite epsilon"));
 }
+
+TEST_CASE("dpgrad-tune: a target out of reach for any number of records is refused before the data is read") {
+  dpgrad::test::KeyStoreForTests keys;
+  dpgrad::test::TempDir dir("dpgrad-tune");
+  // a dataset that does not exist: the refusal must be about the target, which needs no data
+  const Run r = run_argv(search(dir / "s", {"--dataset", "idx:" + (dir / "no-such-data"),
+                                            "--target-epsilon", "0.001"}));
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(contains(r.out, "out of reach whatever the number of records"), r.out);
+  CHECK_FALSE(contains(r.out, "no-such-data"));
+  CHECK_FALSE(fs::exists(dir.path / "s"));
+}
