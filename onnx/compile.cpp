@@ -1024,10 +1024,15 @@ void Compiler::op_reduce() {
     if (!reduced) out.push_back(x.shape[i]);
     else if (keep) out.push_back(Dim{1, 0});
   }
+  const int xs = as_tensor(x);
+  // over a batch axis of rows no data fills (ones, a zero state): the result is a function of B alone,
+  // whatever the batch size, even 1, at which the tracking sees nothing mixed
+  const bool of_batch_size = !prog->slots[std::size_t(xs)].data &&
+                             std::any_of(axes.begin(), axes.end(), [&](std::size_t a) { return !x.shape[a].fixed(); });
   const int slot = new_slot(false, out, "");
-  Instr& i = emit(Code::reduce, {as_tensor(x)}, {slot});
+  Instr& i = emit(Code::reduce, {xs}, {slot});
   i.axes = axes;
-  i.ints = {node->op == "ReduceMean", keep};
+  i.ints = {node->op == "ReduceMean", keep, of_batch_size};
   define(0, tensor_value(slot));
 }
 

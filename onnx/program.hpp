@@ -56,7 +56,7 @@ enum class Code : std::uint16_t {
   batch_norm,      // in: x, scale, bias; data: mean (C), reals[0] = epsilon, data2: variance (C)
   layer_norm,      // in: x, [scale], [bias]; ints[0] = axis; reals[0] = epsilon
   // along axes
-  reduce,          // in: x; axes; ints[0] = 1 for mean; ints[1] = keepdims
+  reduce,          // in: x; axes; ints[0] = 1 for mean; ints[1] = keepdims; ints[2] = 1: over rows B alone made
   softmax,         // in: x; ints[0] = axis; ints[1] = 1 for log-softmax
   // shape
   reshape,         // in: x; shape0 = target

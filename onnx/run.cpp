@@ -405,6 +405,9 @@ void Executor<T>::exec(std::size_t k) {
           out.push_back(p[a] - std::size_t(std::count_if(axes.begin(), axes.end(), [&](std::size_t q) { return q < p[a]; })));
         }
       }
+      if (i.ints.size() > 2 && i.ints[2])
+        y.node()->samples = Samples::batch_size(i.node, "reduces over rows that only the batch size made: "
+                                                        "its value is a function of the batch size");
       set(i.out[0], y, out);
       return;
     }

@@ -106,6 +106,12 @@ void refused_but_naive_exact(OnnxModel& m, OnnxModel& reference, const std::stri
         [&] { make_clip_strategy<double>(s, 4.0)->clipped_sum(m, batch, 1.0, rng); },
         {node, "the batch size is private", "docs/per-sample.md"});
   }
+  const BatchT<double> one = random_batch({1, 3}, 2, rng);  // a batch of one shows no mixing: still refused
+  for (const std::string s : {"vanilla", "ghost"}) {
+    CAPTURE(s);
+    test::check_error<std::invalid_argument>(
+        [&] { make_clip_strategy<double>(s, 4.0)->clipped_sum(m, one, 1.0, rng); }, {node, "the batch size is private"});
+  }
   const auto got = make_clip_strategy<double>("naive")->clipped_sum(m, batch, 0.5, rng);
   for (const std::string s : {"naive", "ghost"}) {
     CAPTURE(s);
@@ -151,7 +157,8 @@ TEST_CASE("onnx batch size: a count of ones, ReduceSum(ConstantOfShape(Shape(x)[
       } else {
         constant_of_shape(g, "b1", "ones", 1.0f, "ones_per_row");
       }
-      OnnxGraph::attr(g.node("ReduceSum", {"ones"}, {"n"}, "count_rows"), "keepdims", std::int64_t(0));
+      // n of shape (1) or (): a batch of one would keep the first per-sample, but the count is B's alone
+      OnnxGraph::attr(g.node("ReduceSum", {"ones"}, {"n"}, "count_rows"), "keepdims", std::int64_t(compare));
       if (compare) {
         g.constant_float("k256", 256.0f);
         g.node("Equal", {"n", "k256"}, {"is256"});
