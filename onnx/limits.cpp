@@ -90,7 +90,8 @@ void check_memory(const Program& p, const LoadOptions& o, std::size_t float_byte
       per_example += n.per_example * bytes;
       fixed += n.fixed * bytes;
       const bool input = i.code == Code::input_features || i.code == Code::input_tokens;
-      const std::string what = p.path + ": " + (input ? "input '" + slot.name + "'" : i.node) + ": with its output " + sym_str(slot.shape) + " (" +
+      const std::string who = input ? "input '" + slot.name + "'" : i.node;
+      const std::string what = p.path + ": " + who + ": with its output " + sym_str(slot.shape) + " (" +
                                (slot.ints ? "int64" : float_bytes == 4 ? "float" : "double") + ")";
       if (per_example > double(o.max_bytes_per_example))
         throw OnnxError(what + ", the forward pass needs " + bytes_str(per_example) +

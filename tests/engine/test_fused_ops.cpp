@@ -109,7 +109,8 @@ namespace {
 /// scale of the exact value, whatever order its sums take: twice that for two of them, and a factor 2 to spare.
 /// Relative to the output itself there is no bound: the sum can cancel to as little as it likes.
 void check_float_attention(const ArrayT<float>& fused, const ArrayT<float>& composed, const ArrayT<float>& q,
-                           const ArrayT<float>& k, const ArrayT<float>& v, std::size_t heads, const ArrayT<float>& mask) {
+                           const ArrayT<float>& k, const ArrayT<float>& v, std::size_t heads,
+                           const ArrayT<float>& mask) {
   const std::size_t b = q.shape()[0], lq = q.shape()[1], lk = k.shape()[1], dk = q.shape()[2] / heads;
   double smax = 0;
   for (std::size_t n = 0; n < b; ++n)

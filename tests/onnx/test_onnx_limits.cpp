@@ -18,7 +18,8 @@ using test::OnnxGraph;
 namespace {
 
 /// Loading `path` (with `o`) throws OnnxError containing every fragment and the path.
-void refused(const std::string& path, const std::vector<std::string>& fragments, const dpgrad::onnx::LoadOptions& o = {}) {
+void refused(const std::string& path, const std::vector<std::string>& fragments,
+             const dpgrad::onnx::LoadOptions& o = {}) {
   CAPTURE(path);
   std::vector<std::string> all = fragments;
   all.push_back(path);
@@ -59,7 +60,8 @@ TEST_CASE("onnx limits: ConstantOfShape and Expand to huge constant shapes are r
     OnnxGraph::attr(g.node("Cast", {"ones"}, {"f"}, "cast"), "to", std::int64_t(1));
     sum_into_output(g, "f");
     g.save(dir / "ints.onnx");
-    refused(dir / "ints.onnx", {"node 'ones' (ConstantOfShape)", "4.0 GiB", "max_constant_bytes", "before it is built"});
+    refused(dir / "ints.onnx",
+            {"node 'ones' (ConstantOfShape)", "4.0 GiB", "max_constant_bytes", "before it is built"});
   }
   {  // 2^27 + 2^26 floats: under max_tensor_elements, 1.5 GiB as doubles
     OnnxGraph g;
