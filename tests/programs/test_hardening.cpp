@@ -490,3 +490,13 @@ TEST_CASE("dpgrad-train and dpgrad-tune: a key store that cannot keep the run's 
   std::sort(kept.begin(), kept.end());
   CHECK(kept == std::vector<std::string>{".key", ".lock"});
 }
+
+TEST_CASE("dpgrad-train refuses an empty file name or list, never reading it as not given") {
+  for (const std::string flag : {"--lr-scale", "--vocab-file", "--export-onnx", "--plot"}) {
+    CAPTURE(flag);
+    const Run r = run_argv(quick_train({flag, ""}));
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(contains(r.out, flag + ": an empty value is not"), r.out);
+    CHECK_FALSE(contains(r.out, "parameters) on"));
+  }
+}
