@@ -78,6 +78,7 @@ void Compiler::op_range() {
     if (d == 0 || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(d)) fail("its delta is 0, or a value is not finite");
     const double n = std::max(0.0, std::ceil((b - a) / d));
     check_size({Dim{std::int64_t(std::min(n, 9e15)), 0}}, "its output");
+    check_fold({Dim{std::int64_t(n), 0}}, floats ? sizeof(double) : sizeof(Dim));  // before it is built
     Value v;
     v.shape = {Dim{std::int64_t(n), 0}};
     if (floats) {
