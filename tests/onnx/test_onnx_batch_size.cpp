@@ -311,3 +311,25 @@ TEST_CASE("onnx batch size: B only shaping (Reshape to (B, -1), Expand over B, a
     CHECK(c.agrees(1e-9));
   }
 }
+
+TEST_CASE("onnx batch size: a table read at Range(0, B), each row's position in the batch, is refused by name") {
+  test::TempDir dir("dpgrad-onnx-b");
+  OnnxGraph g = linear_graph();
+  batch_size_of_x(g);
+  g.constant_ints("start", {0}, true);
+  g.constant_ints("step", {1}, true);
+  g.node("Range", {"start", "b", "step"}, {"rows"}, "row_index");
+  g.init("table", {8, 2}, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 1.0f, 1.1f, 1.2f, 1.3f, 1.4f, 1.5f, 1.6f});
+  OnnxGraph::attr(g.node("Gather", {"table", "rows"}, {"by_row"}, "position"), "axis", std::int64_t(0));
+  g.node("Add", {"logits", "by_row"}, {"y"});
+  auto m = load_graph(g, dir);
+  FastRng rng(14);
+  const BatchT<double> batch = random_batch({4, 3}, 2, rng);
+  for (const std::string s : {"vanilla", "ghost", "jl:4"}) {
+    CAPTURE(s);
+    test::check_error<std::invalid_argument>(
+        [&] { make_clip_strategy<double>(s, 4.0)->clipped_sum(*m, batch, 1.0, rng); },
+        {"node 'row_index' (Range)", "the batch size is private"});
+  }
+  CHECK_NOTHROW(make_clip_strategy<double>("naive")->clipped_sum(*m, batch, 1.0, rng));
+}
