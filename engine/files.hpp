@@ -40,7 +40,8 @@ inline std::string folder_of(const std::string& path) {
 /// 16 random hex digits, for scratch-file names no one can plant in advance.
 inline std::string random_suffix() {
   std::uint64_t r = 0;
-  if (::getrandom(&r, sizeof r, 0) != ssize_t(sizeof r)) r = (std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (::getrandom(&r, sizeof r, 0) != ssize_t(sizeof r))
+    r = (std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(r));
   return text;
@@ -73,13 +74,15 @@ inline std::string output_file_problem(const std::string& given) {
   if (::lstat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return path + " is a folder, not a file name";
     if (S_ISLNK(st.st_mode)) return path + " is a symbolic link: it is not replaced; name a regular file";
-    if (!S_ISREG(st.st_mode)) return path + " exists and is not a regular file (a device, FIFO or socket): it is not replaced";
+    if (!S_ISREG(st.st_mode))
+      return path + " exists and is not a regular file (a device, FIFO or socket): it is not replaced";
   } else if (errno != ENOENT) {
     return path + ": cannot write there (" + std::strerror(errno) + ")";
   }
   const std::string folder = folder_of(path);
   if (::stat(folder.c_str(), &st) != 0)
-    return path + ": its folder " + folder + (errno == ENOENT ? " does not exist" : std::string(" cannot be read (") + std::strerror(errno) + ")");
+    return path + ": its folder " + folder +
+           (errno == ENOENT ? " does not exist" : std::string(" cannot be read (") + std::strerror(errno) + ")");
   if (!S_ISDIR(st.st_mode)) return path + ": " + folder + " is not a folder";
   ScratchFile probe(path, 0600);  // the folder must take a new file
   if (probe.fd < 0) return path + ": cannot write in its folder " + folder + " (" + std::strerror(errno) + ")";

@@ -96,7 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto v1 = first->all_values(), v2 = second->all_values();
   if (v1.size() != v2.size()) bug("another number of parameters after the round trip");
   for (std::size_t k = 0; k < v1.size(); ++k)
-    if (shape_of(v1[k]) != shape_of(v2[k]) || std::memcmp(v1[k].data(), v2[k].data(), v1[k].size() * sizeof(float)) != 0)
+    if (shape_of(v1[k]) != shape_of(v2[k]) ||
+        std::memcmp(v1[k].data(), v2[k].data(), v1[k].size() * sizeof(float)) != 0)
       bug("parameter " + std::to_string(k) + " changed in the round trip");
   if (outputs(*first) != outputs(*second)) bug("the outputs changed in the round trip");
   try {

@@ -241,7 +241,8 @@ void value_info(::onnx::ValueInfoProto* v, const std::string& name, int elem, co
 /// A built-in FeatureModel reading examples of shape `example` (without the batch axis).
 template <class T>
 ::onnx::ModelProto builtin_graph(const FeatureModelT<T>& m, const Shape& example) {
-  if (example.empty()) throw OnnxError("save: model '" + m.name() + "' is built in: give the shape of one example it reads");
+  if (example.empty())
+    throw OnnxError("save: model '" + m.name() + "' is built in: give the shape of one example it reads");
   ::onnx::ModelProto out;
   out.set_ir_version(8);
   out.set_producer_name("dpgrad");

@@ -239,7 +239,8 @@ ParsedOptions parse_train_options(int argc, const char* const* argv) {
   app.get_option("--augment-views")->check(CLI::Range(0, 256));
   app.get_option("--augment-shift")->check(CLI::Range(0, 64));
   app.get_option("--threads")->check(CLI::Range(0, 1024));
-  for (const char* flag : {"--export-onnx", "--plot", "--vocab-file"}) app.get_option(flag)->check(non_empty("a file name"));
+  for (const char* flag : {"--export-onnx", "--plot", "--vocab-file"})
+    app.get_option(flag)->check(non_empty("a file name"));
   app.get_option("--lr-scale")->check(non_empty("a list of LAYER=FACTOR"));
   app.get_option("--checkpoint-dir")->check(CLI::Validator(
       [](std::string& v) { return v.empty() ? std::string("must name a directory") : std::string(); }, "DIR"));

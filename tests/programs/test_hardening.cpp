@@ -445,7 +445,7 @@ Run with_key_store(const std::string& store, const std::vector<std::string>& arg
 
 }  // namespace
 
-TEST_CASE("dpgrad-train and dpgrad-tune: a key store that cannot keep the run's key is refused before any data is read") {
+TEST_CASE("dpgrad-train and dpgrad-tune: a key store that cannot keep the run's key is refused before any data") {
   dpgrad::test::TempDir tmp("dpgrad-key-stores");
   const fs::path open = tmp.path / "open", real = tmp.path / "real", link = tmp.path / "link", file = tmp.path / "file";
   fs::create_directory(open);

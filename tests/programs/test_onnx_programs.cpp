@@ -198,7 +198,8 @@ TEST_CASE("dpgrad-train --export-onnx: a path it must not or cannot write is ref
                                           "--optimizer", "dp-sgd", "--noise-multiplier", "1", "--batch-size", "64",
                                           "--max-steps", "1", "--epochs", "1", "--export-onnx", path});
     CHECK(r.status == 2);
-    CHECK_MESSAGE(r.out.find("--export-onnx " + path.substr(0, path.size() - (path.back() == '/'))) != std::string::npos, r.out);
+    const std::string named = path.substr(0, path.size() - (path.back() == '/'));  // named without its '/'
+    CHECK_MESSAGE(r.out.find("--export-onnx " + named) != std::string::npos, r.out);
     CHECK(r.out.find("epsilon") == std::string::npos);  // no step taken, nothing spent
     CHECK(r.out.find("synthetic") == std::string::npos);  // no data read
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
@@ -236,8 +237,8 @@ TEST_CASE("dpgrad-train --export-onnx: a planted scratch file is never written t
 TEST_CASE("dpgrad-tune --export-onnx: a model without an ONNX export is refused before any data is read") {
   dpgrad::test::KeyStoreForTests keys;
   dpgrad::test::TempDir dir("dpgrad-onnx-export");
-  const Run r = dpgrad::test::run_argv({tune, "--dataset", "synthetic-text", "--model", "bigru", "--target-epsilon", "8",
-                                        "--trials", "poisson:1", "--epochs", "1", "--batch-size", "64",
+  const Run r = dpgrad::test::run_argv({tune, "--dataset", "synthetic-text", "--model", "bigru", "--target-epsilon",
+                                        "8", "--trials", "poisson:1", "--epochs", "1", "--batch-size", "64",
                                         "--search-dir", dir / "s", "--export-onnx", dir / "best.onnx"});
   CHECK(r.status == 2);
   CHECK_MESSAGE(r.out.find("--export-onnx") != std::string::npos, r.out);
