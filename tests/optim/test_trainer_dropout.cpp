@@ -2,7 +2,8 @@
 // record's mask at a step is the same whether or not another record is in the
 // data set (naive and ghost), a resumed run draws the masks an uninterrupted one
 // draws, and a secure run's dropout key is saved with the checkpoint and used
-// again on resume.
+// again on resume. And the sum of clipped gradients moves by at most C when a
+// record is added, at its step, and not at all at the steps after.
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -15,6 +16,7 @@
 
 #include "layers/dense.hpp"
 #include "layers/dropout.hpp"
+#include "optim/clipping/clipping.hpp"
 #include "optim/run/private_trainer.hpp"
 #include "support/batches.hpp"
 #include "support/temp_dir.hpp"
@@ -214,4 +216,37 @@ TEST_CASE("trainer dropout: a secure run's key is saved with the checkpoint and 
   for (const Masks* masks : {&before, &after})
     for (const auto& [at, kept] : *masks) CHECK(kept == expected(key, at.first, at.second));
   for (const auto& [at, kept] : after) CHECK(at.first >= 2);
+}
+
+TEST_CASE("trainer dropout: an added record moves the clipped sum by at most C at its step, and not at all later") {
+  const BatchT<double> d = records(12, 0, 7), extra = records(1, 1000, 8);
+  auto model = [] {
+    FastRng init(3);
+    SequentialT<double> net;
+    net.emplace<DenseT<double>>(8, 16, init, "d1");
+    net.emplace<ActivationT<double>>(Activation::tanh);
+    net.emplace<DropoutT<double>>(0.5, 1);
+    net.emplace<DenseT<double>>(16, 3, init, "d2");
+    return std::make_unique<FeatureModelT<double>>("mlp-dropout", std::move(net));
+  };
+  const HashKey key = hash_key_from_seed(2, "test");
+  for (const char* name : {"naive", "ghost"}) {
+    CAPTURE(name);
+    const auto strategy = make_clip_strategy<double>(name);
+    auto a = model(), b = model();  // the same parameters throughout: only the masks can differ
+    FastRng rng(1);
+    for (std::uint64_t t = 0; t < 3; ++t) {
+      const BatchT<double> batch = d.select({t, t + 1, t + 2, t + 4, t + 6, t + 9});
+      // at step 0 run b also holds the added record, first: every other record is a row further down
+      const BatchT<double> with = t == 0 ? concat_batches<double>({extra, batch}) : batch;
+      const DropoutKeyScope scope(key, t);
+      const auto sa = strategy->clipped_sum(*a, batch, 1.0, rng).sum, sb = strategy->clipped_sum(*b, with, 1.0, rng).sum;
+      double moved = 0;
+      for (std::size_t i = 0; i < sa.size(); ++i) moved += double(xt::sum(xt::square(sa[i] - sb[i]))());
+      moved = std::sqrt(moved);
+      INFO(std::string(name) << " step " << t << ": the clipped sum moved by " << moved << " C");
+      if (t == 0) CHECK(moved <= 1.0 + 1e-9);  // the record's own clipped gradient, norm <= C (float rounding far below)
+      else CHECK(moved == 0.0);
+    }
+  }
 }
