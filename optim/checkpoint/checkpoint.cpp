@@ -94,6 +94,21 @@ void make_private_dirs(const fs::path& root, const fs::path& rel) {
   }
 }
 
+/// Creates `dir` and those of its parents that are missing, each with mode 0700:
+/// what a checkpoint folder holds, and how many there are (a search's trials),
+/// is for its user alone. Folders that exist are left as they are.
+void create_private_folders(const fs::path& dir, const std::string& what) {
+  fs::path p;
+  std::error_code ec;
+  for (const auto& part : dir) {
+    p /= part;
+    if (part.empty() || fs::exists(p, ec)) continue;
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
+      fail("cannot create " + what + " " + dir.string() + " (" + p.string() + ": " + std::strerror(errno) + ")");
+  }
+  if (!fs::is_directory(dir, ec)) fail("cannot create " + what + " " + dir.string() + ": it is not a folder");
+}
+
 /// Why opening `what` failed, in words (a link or a loop named as such).
 std::string open_error(int e) {
   if (e == ELOOP || e == EMLINK) return "it is a symbolic link, which a checkpoint never holds";
@@ -418,8 +433,7 @@ json CheckpointDir::read_extra(Communicator* comm) const {
 template <class T>
 fs::path CheckpointDir::save(long step, const TrainingStateT<T>& st, const json& extra, RunKey& run_key) const {
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) fail("cannot create " + dir_.string() + ": " + ec.message());
+  create_private_folders(dir_, "the checkpoint directory");
   if (step < 0) fail("cannot save step " + std::to_string(step));
   const std::string name = step_name(step);
   fs::path tmp = dir_ / (".partial-" + name + "-" + std::to_string(::getpid()));
@@ -621,8 +635,7 @@ long CheckpointDir::load(TrainingStateT<T>& st, const RunKey& run_key) const {
 
 CheckpointLock::CheckpointLock(const fs::path& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail("cannot create the checkpoint directory " + dir.string() + ": " + ec.message());
+  create_private_folders(dir, "the checkpoint directory");
   const fs::path lock = dir / ".lock";
   fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) fail("cannot write in the checkpoint directory " + dir.string() + ": " + std::strerror(errno));

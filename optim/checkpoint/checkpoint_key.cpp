@@ -95,7 +95,14 @@ void probe_store(const fs::path& store) {
 
 fs::path key_path(const fs::path& store, const std::string& id) { return store / (id + ".key"); }
 
-/// A regular file of at most 64 KiB, never through a symbolic link.
+/// The three octal digits of a file's permission bits ("644").
+std::string mode_digits(mode_t mode) {
+  return std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) + std::to_string(mode & 7);
+}
+
+/// A regular file of at most 64 KiB, never through a symbolic link, the user's own
+/// and closed to others, as the store's folder is: anyone who can read a run's key
+/// can forge its checkpoints, and anyone who can replace it can rewind the run.
 std::string read_small(const fs::path& p) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
@@ -119,6 +126,12 @@ std::string read_small(const fs::path& p) {
   }
   ::close(fd);
   if (!ok) fail(p.string() + " is not a key file (not a regular file of at most 64 KiB)");
+  if (st.st_uid != ::geteuid())
+    fail("the key file " + p.string() + " belongs to another user: a run's key must be your own; copy it into "
+         "your key store (docs/checkpoints.md) and run chmod 600 on the copy");
+  if (st.st_mode & 077)
+    fail("the key file " + p.string() + " is open to other users (mode " + mode_digits(st.st_mode) +
+         "), who could read the key and forge the run's checkpoints; run chmod 600 on it");
   return out;
 }
 

@@ -1,6 +1,9 @@
 // Private hyperparameter search (tune.hpp, docs/tuning.md).
 #include "optim/run/tune.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -128,6 +131,21 @@ std::vector<TrialSettings> accounting_cases(const SearchConfigT<T>& c) {
       out.push_back(s);
     }
   return out;
+}
+
+/// Refuses a search folder that exists and that other users may enter or list, or
+/// that is another user's: its trials' folders would tell them how many trials ran,
+/// which the search's bound needs secret. A folder the search creates is 0700
+/// (CheckpointLock creates missing folders so).
+void require_private_search_folder(const std::filesystem::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // missing: created private
+  require(S_ISDIR(st.st_mode), "the search folder " + dir.string() + " is not a folder");
+  require(st.st_uid == ::geteuid(), "the search folder " + dir.string() + " belongs to another user");
+  require(!(st.st_mode & 077), "the search folder " + dir.string() + " is open to other users (mode " +
+                                   std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+                                   std::to_string(st.st_mode & 7) + "), who could count its trials' folders; run " +
+                                   "chmod 700 on it");
 }
 
 /// Refuses a configuration of the space that its trial's optimizer would refuse
@@ -379,6 +397,7 @@ SearchResultT<T> tune(const TrialFactoryT<T>& factory, const BatchT<T>& data, Se
                       const std::function<void(double)>& progress) {
   require(bool(factory), "tune: the trial factory is empty");
   require(!c.dir.empty(), "tune: the search needs a directory (dir) for its state and its trials' checkpoints");
+  require_private_search_folder(c.dir);
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::filesystem::path state_dir = c.dir / "search";

@@ -3,6 +3,7 @@
 // more bytes than the manifest says, npy arrays are parsed defensively, and one
 // run at a time holds a checkpoint directory.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -550,4 +551,52 @@ TEST_CASE("checkpoint hardening: a resume that changes the run's settings is ref
   std::vector<std::string> says = {"is of a run with other settings"};
   for (const auto& change : changes) says.push_back(change.says);
   test::check_error<std::invalid_argument>([&] { all.resume(dir.path); }, says);
+}
+
+TEST_CASE("checkpoint keys: a key file open to other users or of another user is refused, naming it and the fix") {
+  test::TempDir store("dpgrad-key-files");
+  fs::permissions(store.path, fs::perms::owner_all);
+  std::string id;
+  {
+    const auto key = RunKey::create(store.path);
+    id = key->run_id();
+  }
+  const fs::path file = store.path / (id + ".key");
+  CHECK_NOTHROW(RunKey::open(id, store.path));
+  // 0644: any local user could read the key and forge the run's checkpoints
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  for (const bool lock : {true, false}) {
+    CAPTURE(lock);
+    test::check_error<CheckpointError>([&] { lock ? RunKey::open(id, store.path) : RunKey::peek(id, store.path); },
+                                       {file.string(), "open to other users (mode 644)", "chmod 600"});
+  }
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_write);
+  test::check_error<CheckpointError>([&] { RunKey::open(id, store.path); }, {file.string(), "mode 620"});
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+  CHECK_NOTHROW(RunKey::open(id, store.path));
+  // another user's file (only root can make one here)
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(file.c_str(), 65534, 65534) == 0);
+    test::check_error<CheckpointError>([&] { RunKey::open(id, store.path); }, {file.string(), "belongs to another user"});
+  } else {
+    MESSAGE("not root: the other-owner case is not exercised");
+  }
+}
+
+TEST_CASE("checkpoint hardening: the folders a checkpoint creates, its own and missing parents, are 0700") {
+  test::TempDir dir("dpgrad-folders");
+  fs::permissions(dir.path, fs::perms::owner_all);
+  Run run;
+  run.write(dir.path / "runs" / "ck", 2);
+  for (const fs::path& p : {dir.path / "runs", dir.path / "runs" / "ck"}) {
+    CAPTURE(p.string());
+    CHECK((fs::status(p).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+  }
+  // a folder the user made is left as it is
+  fs::create_directory(dir.path / "mine");
+  fs::permissions(dir.path / "mine", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  run.write(dir.path / "mine" / "ck", 1);
+  CHECK((fs::status(dir.path / "mine").permissions() & fs::perms::group_read) == fs::perms::group_read);
+  CHECK((fs::status(dir.path / "mine" / "ck").permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
+        fs::perms::none);
 }

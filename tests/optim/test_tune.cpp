@@ -15,6 +15,7 @@
 #include "optim/clipping/clip_spec.hpp"
 #include "optim/run/tune.hpp"
 #include "support/batches.hpp"
+#include "support/check.hpp"
 #include "support/key_store.hpp"
 #include "support/temp_dir.hpp"
 
@@ -146,6 +147,12 @@ TEST_CASE("tune: a search releases its best trial; an interrupted one resumes wi
   const nlohmann::json whole_state = saved_state(whole_dir.path);
   const long k = long(whole_state["settings"].size());
   REQUIRE(k >= 2);  // seed 3 draws enough trials to interrupt one
+  // the search's state and its trials' folders are the user's only: another user cannot count the trials
+  for (const auto& e : std::filesystem::directory_iterator(whole_dir.path)) {
+    CAPTURE(e.path().string());
+    CHECK((e.status().permissions() & (std::filesystem::perms::group_all | std::filesystem::perms::others_all)) ==
+          std::filesystem::perms::none);
+  }
   CHECK(plain.built == 1 + k);  // the probe, then one model a trial
   CHECK(whole_state["scores"].size() == std::size_t(k));
   REQUIRE(whole.released);
@@ -268,4 +275,27 @@ TEST_CASE("tune: a target out of reach for any number of records is refused befo
       CHECK_NOTHROW(check_search_settings(c));
     }
   CHECK(reached);
+}
+
+TEST_CASE("tune: a search folder other users can list is refused, saying how to close it; a new one is 0700") {
+  test::KeyStoreForTests keys;
+  test::TempDir dir("dpgrad-tune");
+  const BatchT<double> data = test::three_class_records(600, 8, 21);
+  SearchConfigT<double> c = search_config(dir.path);
+  namespace fs = std::filesystem;
+  fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  Factory f;
+  test::check_error<std::invalid_argument>([&] { tune(f.fn(), data, c); },
+                                           {dir.path.string(), "open to other users (mode 755)", "chmod 700"});
+  CHECK(f.built == 0);
+  CHECK_FALSE(fs::exists(dir.path / "search"));
+  // a folder the search creates (and its missing parents) is the user's only
+  c.dir = dir.path / "new" / "search-dir";
+  c.trials = privacy::TrialCount::parse("poisson:0.01");  // most likely no trial: the folder is what is checked
+  tune(f.fn(), data, c);
+  for (const fs::path& p : {dir.path / "new", c.dir, c.dir / "search"}) {
+    CAPTURE(p.string());
+    CHECK((fs::status(p).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+  }
 }
