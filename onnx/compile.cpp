@@ -1,7 +1,9 @@
 // The compiler's core (onnx/compiler.hpp): values, symbolic shapes, the graph's
 // input and output, parameters, and the elementwise, reduction and shape
 // operators. Integers that do not depend on the data (exported reshapes'
-// Shape/Gather/Concat chains) are folded here as affine functions of B.
+// Shape/Gather/Concat chains) are folded here as affine functions of B; where
+// one is read as data, or compared with a number, it is computed at run time
+// and mixed by the batch size, which is private (onnx/batch_size.cpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -285,7 +287,7 @@ bool Compiler::scalar(const Value& v, double& out) const {
 std::vector<std::int64_t> Compiler::fixed_ints(const Value& v, const std::string& what) const {
   if (v.kind == Value::Kind::absent) return {};
   if (v.kind != Value::Kind::static_ints)
-    fail(what + " must be a constant known at load time (it depends on the data)");
+    fail(what + " must be a constant known at load time (it depends on the data or on the batch size's value)");
   std::vector<std::int64_t> r;
   for (const auto& d : v.sints) {
     if (!d.fixed()) fail(what + " depends on the batch size (" + dim_str(d) + ")");
@@ -716,7 +718,8 @@ void Compiler::op_shape() {
 void Compiler::op_constant_of_shape() {
   only_attributes({"value"});
   const Value& s = in(0);
-  if (s.kind != Value::Kind::static_ints) fail("its shape must be known at load time (it depends on the data)");
+  if (s.kind != Value::Kind::static_ints)
+    fail("its shape must be known at load time (it depends on the data or on the batch size's value)");
   SymShape shape(s.sints.begin(), s.sints.end());
   check_size(shape, "its output");
   double fill = 0;
@@ -1043,7 +1046,8 @@ void Compiler::op_reshape() {
   const Value& x = in(0);
   const Value& s = in(1);
   if (s.kind != Value::Kind::static_ints)
-    fail("its target shape must be known at load time (a shape computed from the data is not supported)");
+    fail("its target shape must be known at load time (a shape computed from the data or from the batch size's "
+         "value, such as Equal(B, 256), is not supported)");
   const bool allowzero = attr_i("allowzero", 0) != 0;
   const std::string where = g.path + ": " + node->label();
   SymShape to(s.sints.begin(), s.sints.end());

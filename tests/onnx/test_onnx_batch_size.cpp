@@ -333,3 +333,17 @@ TEST_CASE("onnx batch size: a table read at Range(0, B), each row's position in 
   }
   CHECK_NOTHROW(make_clip_strategy<double>("naive")->clipped_sum(*m, batch, 1.0, rng));
 }
+
+TEST_CASE("onnx batch size: a reshape target chosen by Equal(B, 256) is refused at load, naming the Reshape") {
+  test::TempDir dir("dpgrad-onnx-b");
+  OnnxGraph g = linear_graph();
+  batch_size_of_x(g);
+  g.constant_ints("k256", {256}, true);
+  g.node("Equal", {"b", "k256"}, {"is256"});
+  g.constant_ints("flat", {-1, 2});
+  g.constant_ints("other", {2, -1});
+  g.node("Where", {"is256", "other", "flat"}, {"target"});
+  g.node("Reshape", {"logits", "target"}, {"y"}, "reshape_by_b");
+  test::check_error<dpgrad::onnx::OnnxError>([&] { load_graph(g, dir); },
+                                             {"node 'reshape_by_b' (Reshape)", "the batch size's value"});
+}
