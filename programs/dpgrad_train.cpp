@@ -71,6 +71,7 @@ std::unique_ptr<ModelT<float>> import_model(const Options& o, ModelInput& input)
   onnx::LoadOptions lo;
   lo.freeze = o.freeze;
   lo.dropout_seed = o.run.seed;
+  lo.max_bytes_per_example = o.onnx_max_bytes_per_example;
   auto m = onnx::load<float>(o.model.substr(5), lo);
   if (m->input().tokens) input = ModelInput::tokens;
   return m;

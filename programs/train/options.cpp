@@ -33,6 +33,8 @@ void for_each_option(O& o, F&& f) {
   f("model", o.model, "one of:\n" + model_help() + "  onnx:PATH: an ONNX file's model (docs/onnx.md)", kRun);
   f("freeze", o.freeze, "onnx:PATH: keep the parameters whose name (or initializer's name) matches this regular "
     "expression constant: no gradient, no clipping, no noise", kRun);
+  f("onnx-max-bytes-per-example", o.onnx_max_bytes_per_example, "onnx:PATH: refuse at load a model whose forward "
+    "pass needs more than this many bytes for one example (docs/onnx.md, 'Bad input')", kSession);
   f("export-onnx", o.export_onnx, "write the trained model to this ONNX file at the end (onnx:PATH, and the built-in "
     "mlp, logreg, cnn26k and cnn17m)", kSession);
   f("dataset", o.dataset, "fashion-mnist, mnist, idx:PATH, text:PATH, spamassassin, synthetic, synthetic-text", kRun);

@@ -39,6 +39,7 @@ struct Options {
   // this invocation's, not the run's
   std::string checkpoint_dir, plot;
   bool resume = false, json_out = false, demo = false, layer_snr = false, show_record_counts = false;
+  std::size_t onnx_max_bytes_per_example = std::size_t(1) << 30;  // onnx::LoadOptions::max_bytes_per_example
 };
 
 /// The run-defining options as JSON (flag name -> value).

@@ -133,3 +133,14 @@ TEST_CASE("dpgrad-predict: a float32 input whose data holds the bytes '<i8' is r
   CHECK(r.status == 0);
   CHECK(contains(r.out, "1 outputs (1, 2)"));
 }
+
+TEST_CASE("dpgrad-train --onnx-max-bytes-per-example: an imported model's bound per example is the user's") {
+  dpgrad::test::TempDir dir("dpgrad-exits");
+  feature_model(dir / "model.onnx");  // 12 + 8 bytes of floats for each example
+  const Run r = run_shell(std::string(DPGRAD_TRAIN) + " --model onnx:" + (dir / "model.onnx") +
+                          " --dataset synthetic --epochs 1 --onnx-max-bytes-per-example 19");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK(contains(r.out, "node 'fc' (Gemm)"));
+  CHECK(contains(r.out, "20 bytes per example, more than the limit of 19 bytes"));
+}
