@@ -1,7 +1,11 @@
 // Everything a program that trains privately with dpgrad needs, in one include:
 // #include <dpgrad/dpgrad.hpp>. Compile with `pkg-config --cflags --libs dpgrad`
-// or link dpgrad::dpgrad from find_package(dpgrad) in CMake.
+// or link dpgrad::dpgrad from find_package(dpgrad) in CMake. dpgrad::onnx comes
+// with it when dpgrad was built with ONNX (DPGRAD_HAVE_ONNX); dpgrad::mpi is a
+// library of its own (engine/mpi.hpp, pkg-config dpgrad-mpi, docs/distributed.md).
 #pragma once
+
+#include "engine/config.hpp"
 
 #include "data/augment.hpp"
 #include "data/batch.hpp"
@@ -40,3 +44,6 @@
 #include "privacy/pate.hpp"
 #include "privacy/schedule.hpp"
 #include "privacy/selection.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "onnx/onnx.hpp"
+#endif

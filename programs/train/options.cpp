@@ -60,7 +60,7 @@ void for_each_option(O& o, F&& f) {
   f("activation", o.activation, "relu, tanh, sigmoid (mlp and CNNs)", kRun);
   f("hidden", o.hidden, "hidden units of mlp", kRun);
   f("optimizer", o.optimizer, "sgd, momentum, adam, dp-sgd, dp-momentum, dp-adam, dp-adambc (DP-Adam with its second "
-    "moment corrected for the noise)", kRun);
+    "moment corrected for the noise); left out with --noise-multiplier or --target-epsilon: dp-sgd", kRun);
   f("lr", o.lr, "learning rate (default: 0.1 for sgd and momentum, 0.001 for adam, their dp- versions alike)", kRun);
   f("lr-schedule", o.schedule, "constant or cosine", kRun);
   f("lr-final", o.lr_final, "cosine: the learning rate at the last step", kRun);
@@ -160,6 +160,9 @@ std::string in_train_flags(const std::string& message) {
 bool is_dp(const std::string& opt) { return opt.rfind("dp-", 0) == 0; }
 
 void check_train_options(Options& o, const std::set<std::string>& given) {
+  // a noise multiplier or a target epsilon asks for a private run: without --optimizer, the default's private form
+  if (!given.count("optimizer") && !is_dp(o.optimizer) && (o.run.noise_multiplier || o.run.target_epsilon))
+    o.optimizer = "dp-" + o.optimizer;
   const bool dp = is_dp(o.optimizer);
   const std::string base = dp ? o.optimizer.substr(3) : o.optimizer;
   const std::vector<std::string> names = optimizer_names();

@@ -101,6 +101,25 @@ TEST_CASE("dpgrad-train options: settings a non-private run would ignore are ref
   CHECK_NOTHROW(dpgrad::train::check_train_options(none.options, none.given));
 }
 
+TEST_CASE("dpgrad-train options: a target epsilon or a noise multiplier without --optimizer runs the default's "
+          "private form (docs/onnx.md's command failed: 'need a dp-* optimizer'); a non-private one named is refused") {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--target-epsilon", "3"}, {"--noise-multiplier", "1.1"}}) {
+    CAPTURE(args[0]);
+    auto p = parse(args);
+    REQUIRE_FALSE(p.exit_code);
+    CHECK_NOTHROW(dpgrad::train::check_train_options(p.options, p.given));
+    CHECK(p.options.optimizer == "dp-sgd");
+  }
+  auto named = parse({"--optimizer", "sgd", "--target-epsilon", "3"});
+  REQUIRE_FALSE(named.exit_code);
+  CHECK_THROWS_WITH_AS(dpgrad::train::check_train_options(named.options, named.given),
+                       doctest::Contains("need a dp-* optimizer"), std::invalid_argument);
+  auto plain = parse({"--epochs", "1"});
+  dpgrad::train::check_train_options(plain.options, plain.given);
+  CHECK(plain.options.optimizer == "sgd");  // no privacy asked for: no change
+}
+
 TEST_CASE("dpgrad-train: the library's messages name its flags") {
   using dpgrad::train::in_train_flags;
   CHECK(in_train_flags("clip_norm must be in [1e-12, 1e6], got 0") == "--clip-norm must be in [1e-12, 1e6], got 0");
