@@ -891,8 +891,10 @@ TensorT<T> OnnxModelT<T>::forward(const BatchT<T>& batch) {
     detail::Executor<T> run(p, *runtime_, batch, this->training(), name());
     return run.run();
   } catch (const std::bad_alloc&) {  // still a std::bad_alloc (programs say how to need less), naming the file
-    throw detail::OutOfMemory(name() + ": out of memory in the forward pass at batch size " +
-                              std::to_string(batch.size()));
+    const std::size_t rows = batch.inputs.dimension() > 0   ? batch.inputs.shape()[0]
+                             : batch.tokens.dimension() > 0 ? batch.tokens.shape()[0]
+                                                            : batch.size();
+    throw detail::OutOfMemory(name() + ": out of memory in the forward pass at batch size " + std::to_string(rows));
   }
 }
 

@@ -144,3 +144,22 @@ TEST_CASE("dpgrad-train --onnx-max-bytes-per-example: an imported model's bound 
   CHECK(contains(r.out, "node 'fc' (Gemm)"));
   CHECK(contains(r.out, "20 bytes per example, more than the limit of 19 bytes"));
 }
+
+TEST_CASE("dpgrad-predict: memory that runs out in a forward pass is an error naming the model's file") {
+  dpgrad::test::TempDir dir("dpgrad-exits");
+  OnnxGraph g;  // (batch, 1) -> Expand to (batch, 2^26) -> sum: 256 MiB for each example, within the bound
+  g.input("x", {OnnxGraph::kBatch, 1});
+  g.output("y", {OnnxGraph::kBatch, 1});
+  g.constant_ints("to", {1, std::int64_t(1) << 26});
+  g.node("Expand", {"x", "to"}, {"wide"}, "widen");
+  g.node("ReduceSum", {"wide", "axes"}, {"y"}, "sum");
+  g.init_ints("axes", {1}, {1});
+  g.save(dir / "wide.onnx");
+  xt::dump_npy(dir / "x.npy", dpgrad::ArrayT<float>(xt::ones<float>({std::size_t(8), std::size_t(1)})));
+  // 2 GiB at batch size 8, in a process that may take 1.5 GB of address space
+  const Run r = run_shell("(ulimit -v 1500000; " + predict + " --model " + (dir / "wide.onnx") + " --input " +
+                          (dir / "x.npy") + " --output " + (dir / "y.npy") + " --batch-size 8)");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK(contains(r.out, "dpgrad-predict: error: onnx:wide.onnx: out of memory in the forward pass at batch size 8"));
+}
