@@ -825,22 +825,23 @@ void Compiler::op_compare() {
     const Dim d = dim_sub(x, y);
     return d.b == 0 || d.c % d.b != 0 || -d.c / d.b < 0;
   };
-  const auto never = [](Dim x, Dim y) { return !(x == y); };
-  bool folds = a.kind == Value::Kind::static_ints && b.kind == Value::Kind::static_ints;
-  if (folds)
-    broadcast_apply(a.sints, fixed_shape(a.shape), b.sints, fixed_shape(b.shape), fixed_shape(out),
-                    [&](Dim x, Dim y) { return folds = folds && known(x, y); });
-  if (folds) {
+  if (a.kind == Value::Kind::static_ints && b.kind == Value::Kind::static_ints) {
     check_fold(out, sizeof(Dim));
-    Value v;
-    v.kind = Value::Kind::static_ints;
-    v.elem = kBool;
-    v.shape = out;
-    const auto r = broadcast_apply(a.sints, fixed_shape(a.shape), b.sints, fixed_shape(b.shape), fixed_shape(out),
-                                   [&](Dim x, Dim y) { return Dim{never(x, y) ? 0 : 1, 0}; });
-    v.sints = r;
-    define(0, v);
-    return;
+    bool folds = true;
+    auto r = broadcast_apply(a.sints, fixed_shape(a.shape), b.sints, fixed_shape(b.shape), fixed_shape(out),
+                             [&](Dim x, Dim y) {
+                               folds = folds && known(x, y);
+                               return Dim{x == y ? 1 : 0, 0};
+                             });
+    if (folds) {
+      Value v;
+      v.kind = Value::Kind::static_ints;
+      v.elem = kBool;
+      v.shape = out;
+      v.sints = std::move(r);
+      define(0, v);
+      return;
+    }
   }
   const bool ints = !a.is_float() && !b.is_float();
   const int slot = new_slot(true, out, "");
