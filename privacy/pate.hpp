@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -125,13 +126,30 @@ class PateAccountant final : public RdpCurveAccountant {
   std::vector<PateQueries> queries_;
 };
 
-/// The epsilon a PATE run may claim at `delta`: the accountant's, plus the
-/// noise grid's slack (privacy/mechanisms.hpp) for its draws, one per threshold
-/// test and `classes` per answer. An upper bound; +infinity when none is proven.
+/// The epsilon a PATE run may claim at `delta`, and which of two sound analyses
+/// gave it. Each is an upper bound with the noise grid's slack
+/// (privacy/mechanisms.hpp) for the run's draws, one per threshold test and
+/// `classes` per answer: the accountant's RDP curve, and the privacy loss
+/// distribution (PldAccountant) of the same mechanisms, every threshold test a
+/// Gaussian of sensitivity 1 at sigma1, every answer one of sensitivity sqrt(2)
+/// at sigma2 (noise multiplier sigma2 / sqrt(2)), the ledger's DP-SGD steps as
+/// they are. The PLD of composed Gaussians is within its discretisation of the
+/// exact value, where the RDP conversion is 5-9% above it; a run's answers stop
+/// at a cap fixed in advance, and Gaussian mechanisms composed adaptively under
+/// such a cap are bounded by the capped composition (docs/pate.md).
+struct PateEpsilon {
+  double epsilon = 0;  // the smaller of the two
+  double rdp = 0;      // RDP's
+  double pld = 0;      // the PLD's (+infinity when it proves none)
+  std::string by;      // "RDP" or "PLD": which gave `epsilon`
+};
+PateEpsilon pate_epsilons(const PateAccountant& accountant, std::size_t classes, double delta);
+/// pate_epsilons(...).epsilon. +infinity when neither proves one.
 double pate_epsilon(const PateAccountant& accountant, std::size_t classes, double delta);
 
-/// The smallest GNMax sigma2 whose pate_epsilon for `queries` threshold tests at
-/// sigma1 (0: none) and `answers` answers is at most `target_epsilon`. Throws
+/// The smallest GNMax sigma2 whose RDP epsilon (pate_epsilons' rdp) for `queries`
+/// threshold tests at sigma1 (0: none) and `answers` answers is at most
+/// `target_epsilon`; pate_epsilon, at most that, meets it too. Throws
 /// std::invalid_argument if the threshold tests alone reach the target.
 double calibrate_pate_sigma(double sigma1, long queries, long answers, std::size_t classes, double target_epsilon,
                             double delta);

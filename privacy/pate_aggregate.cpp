@@ -1,5 +1,6 @@
 // PATE's aggregation (privacy/pate.hpp, docs/pate.md): GNMax and Confident-GNMax
 // on the noise grid, the epsilon a run may claim, and the calibration of sigma2.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "privacy/mechanisms.hpp"
 #include "privacy/pate.hpp"
 #include "privacy/pate_checks.hpp"
+#include "privacy/pld.hpp"
 
 namespace dpgrad::privacy {
 
@@ -54,25 +56,59 @@ std::optional<int> confident_gnmax(std::span<const double> votes, double thresho
   return gnmax(votes, sigma2, rng);
 }
 
-double pate_epsilon(const PateAccountant& accountant, std::size_t classes, double delta) {
+namespace {
+
+/// The run's draws on the noise grid: one per threshold test, `classes` per answer.
+double pate_draws(const PateAccountant& accountant, std::size_t classes) {
   double draws = 0;
   for (const auto& q : accountant.queries()) draws += (q.sigma1 > 0 ? double(q.queries) : 0) + double(q.answers) * double(classes);
-  return grid_noise_epsilon_of_draws(accountant, delta, draws);
+  return draws;
+}
+
+/// The accountant's ledger and queries as Gaussian steps of a PLD accountant (q = 1 for the queries).
+PldAccountant as_pld(const PateAccountant& accountant) {
+  PldAccountant pld;
+  for (const Step& s : accountant.ledger()) pld.step(s.sampling_rate, s.noise_multiplier, s.count, s.jl_dim);
+  for (const auto& q : accountant.queries()) {
+    if (q.sigma1 > 0) pld.step(1.0, q.sigma1, q.queries);                  // sensitivity 1
+    if (q.answers > 0) pld.step(1.0, q.sigma2 / std::sqrt(2.0), q.answers);  // sensitivity sqrt(2)
+  }
+  return pld;
+}
+
+}  // namespace
+
+PateEpsilon pate_epsilons(const PateAccountant& accountant, std::size_t classes, double delta) {
+  const double draws = pate_draws(accountant, classes);
+  PateEpsilon e;
+  e.rdp = grid_noise_epsilon_of_draws(accountant, delta, draws);
+  e.pld = accountant.ledger().empty() && accountant.queries().empty()
+              ? e.rdp
+              : grid_noise_epsilon_of_draws(as_pld(accountant), delta, draws);
+  e.by = e.pld < e.rdp ? "PLD" : "RDP";
+  e.epsilon = std::min(e.rdp, e.pld);
+  return e;
+}
+
+double pate_epsilon(const PateAccountant& accountant, std::size_t classes, double delta) {
+  return pate_epsilons(accountant, classes, delta).epsilon;
 }
 
 double calibrate_pate_sigma(double sigma1, long queries, long answers, std::size_t classes, double target_epsilon,
                             double delta) {
   require(queries >= 1 && answers >= 1, "PATE: calibration needs at least one query and one answer");
   require(classes >= 1, "PATE: calibration needs at least one class");
+  // on the RDP bound, quick to evaluate: the PLD's (pate_epsilons) is at most it, so the released epsilon meets
+  // the target too
   auto epsilon_of = [&](double sigma2) {
     PateAccountant a;
     a.record({sigma1, sigma2, queries, answers});
-    return pate_epsilon(a, classes, delta);
+    return grid_noise_epsilon_of_draws(a, delta, pate_draws(a, classes));
   };
   if (sigma1 > 0) {  // the threshold tests alone: GNMax with ever more noise tends to them
     PateAccountant a;
     a.record({sigma1, 1e7, queries, 0});
-    const double floor = pate_epsilon(a, classes, delta);
+    const double floor = grid_noise_epsilon_of_draws(a, delta, pate_draws(a, classes));
     require(floor < target_epsilon, "PATE: the threshold tests alone (sigma1 " + format_number(sigma1, 6) + ", " +
                                         std::to_string(queries) + " queries) spend epsilon " +
                                         format_epsilon(floor) + ", over the target " + format_number(target_epsilon, 6));

@@ -86,7 +86,10 @@ int run(const pate::Options& o) {
   // the run's ledger holds its plan: every possible run spends at most this (privacy/pate.hpp)
   privacy::PateAccountant accountant;
   accountant.record({o.sigma1, sigma2, o.queries, answers_cap});
-  const double epsilon = privacy::pate_epsilon(accountant, classes, o.delta);
+  // the tighter of two sound bounds on the plan's epsilon, labelled with the one that gave it (privacy/pate.hpp)
+  const privacy::PateEpsilon released = privacy::pate_epsilons(accountant, classes, o.delta);
+  const double epsilon = released.epsilon;
+  const std::string bound = "data-independent " + released.by;
   require(std::isfinite(epsilon), fmt::format("sigma {} over {} queries proves no finite epsilon at delta {}", sigma2,
                                               o.queries, o.delta));
   // the aggregator's noise, checked before any teacher trains (docs/noise.md)
@@ -97,8 +100,9 @@ int run(const pate::Options& o) {
   say(fmt::format("  up to {} queries of a public pool of {} images, up to {} answers; Confident-GNMax T = {}, "
                   "sigma1 = {}, sigma2 = {:.6g}{}", o.queries, o.pool, answers_cap, o.threshold, o.sigma1, sigma2,
                   o.sigma ? "" : " (calibrated)"));
-  say(fmt::format("  epsilon {} (delta {:g}, data-independent RDP, add/remove-one neighbours): what any run with "
-                  "this plan spends at most", privacy::format_epsilon(epsilon), o.delta));
+  say(fmt::format("  epsilon {} (delta {:g}, {}, add/remove-one neighbours): what any run with this plan spends at "
+                  "most (RDP gives {}, PLD {})", privacy::format_epsilon(epsilon), o.delta, bound,
+                  privacy::format_epsilon(released.rdp), privacy::format_epsilon(released.pld)));
   std::unique_ptr<Rng> noise = make_private_rng(reproducible, o.seed);
   say(fmt::format("  aggregation noise and partition key: {}", noise->describe()));
   if (reproducible) say(fmt::format("  WARNING: --reproducible-noise: this run is {}", kNotPrivateReproducible));
@@ -163,8 +167,8 @@ int run(const pate::Options& o) {
   auto stop_diverged = [&](const DivergedError& e) {
     const std::string message =
         fmt::format("the student: {}; the run stops and shows nothing of it; epsilon spent {} (delta {:g}, "
-                    "data-independent RDP, add/remove-one neighbours) by the {} answers released to it",
-                    e.what(), privacy::format_epsilon(epsilon), o.delta, answered);
+                    "{}, add/remove-one neighbours) by the {} answers released to it",
+                    e.what(), privacy::format_epsilon(epsilon), o.delta, bound, answered);
     if (o.json_out) {
       nlohmann::json j = {{"program", "dpgrad-pate"}, {"diverged", true},   {"error", message},
                           {"epsilon", epsilon},       {"delta", o.delta},   {"answered", answered}};
@@ -224,9 +228,9 @@ int run(const pate::Options& o) {
   }
 
   const double total_seconds = seconds_since(t0);
-  say(fmt::format("final: student test accuracy {:.2f}% at epsilon {} (delta {:g}, data-independent RDP, "
-                  "add/remove-one neighbours) in {:.0f} s",
-                  100 * student_accuracy, privacy::format_epsilon(epsilon), o.delta, total_seconds));
+  say(fmt::format("final: student test accuracy {:.2f}% at epsilon {} (delta {:g}, {}, add/remove-one "
+                  "neighbours) in {:.0f} s",
+                  100 * student_accuracy, privacy::format_epsilon(epsilon), o.delta, bound, total_seconds));
   if (o.show_data_dependent)
     say(fmt::format("  data-dependent epsilon {} (Papernot et al. 2018, Theorem 6; --show-data-dependent-epsilon): "
                     "computed from the private votes, NOT releasable as it is: showing it leaks what no epsilon "
@@ -253,7 +257,10 @@ int run(const pate::Options& o) {
     j["sigma2_calibrated"] = !o.sigma.has_value();
     j["delta"] = o.delta;
     j["epsilon"] = std::isfinite(epsilon) ? nlohmann::json(epsilon) : nlohmann::json("inf");
-    j["epsilon_bound"] = "data-independent RDP (released)";
+    j["epsilon_bound"] = bound + " (released)";
+    // both data-independent bounds; the released epsilon is the smaller
+    j["epsilon_rdp"] = std::isfinite(released.rdp) ? nlohmann::json(released.rdp) : nlohmann::json("inf");
+    j["epsilon_pld"] = std::isfinite(released.pld) ? nlohmann::json(released.pld) : nlohmann::json("inf");
     if (o.show_data_dependent) {
       j["epsilon_data_dependent"] = epsilon_dependent;
       j["epsilon_data_dependent_note"] =

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -595,6 +596,10 @@ TEST_CASE("dpgrad-pate: teachers, Confident-GNMax and a student end to end, in t
   dpgrad::privacy::PateAccountant plan;
   plan.record({1, 2, 120, 50});
   CHECK(r["epsilon"].get<double>() == doctest::Approx(dpgrad::privacy::pate_epsilon(plan, 10, 1e-5)));
+  // the tighter of the RDP and PLD bounds, labelled (for composed Gaussians the PLD's)
+  CHECK(r["epsilon_bound"] == "data-independent PLD (released)");
+  CHECK(r["epsilon"].get<double>() == std::min(r["epsilon_rdp"].get<double>(), r["epsilon_pld"].get<double>()));
+  CHECK(r["epsilon"].get<double>() < 0.97 * r["epsilon_rdp"].get<double>());
   CHECK_FALSE(r.contains("epsilon_data_dependent"));  // computed from the votes: only when asked for by name
   Run t = run(base + " --sigma1 40 --target-epsilon 8 --show-data-dependent-epsilon");
   REQUIRE(t.status == 0);
