@@ -84,7 +84,7 @@ void batch_size_of_x(OnnxGraph& g) {
   g.node("Unsqueeze", {"b", "axis0"}, {"b1"});
 }
 
-/// The largest distance between the clipped sums of `a` and `b`, over the parameters.
+/// The distance between the clipped sums of `a` and `b`, all parameters taken as one vector.
 double distance(const ClipResult<double>& a, const ClipResult<double>& b) {
   double sq = 0;
   for (std::size_t p = 0; p < a.sum.size(); ++p) sq += xt::sum(xt::square(a.sum[p] - b.sum[p]))();
