@@ -475,8 +475,45 @@ SelfCheckReport structural_self_check(ModelT<T>& model, ClipStrategyT<T>& strate
   return report;
 }
 
+template <class T>
+ArrayT<T> per_sample_gradient_norms(ModelT<T>& model, const BatchT<T>& batch, const std::string& strategy) {
+  auto s = make_clip_strategy<T>(strategy, double(std::max<std::size_t>(batch.examples(), 1)));
+  if (!s->is_private() || !s->per_example_contributions())
+    throw std::invalid_argument("per_sample_gradient_norms: strategy '" + strategy + "' gives no per-example norms "
+                                "(naive, vanilla, ghost and jl:K do)");
+  FastRng rng(0x9e3779b97f4a7c15);  // jl:K's directions: any fixed ones serve an estimate
+  ArrayT<T> norms = s->clipped_sum(model, batch, 1e300, rng).norms;
+  for (auto& p : model.parameters()) p.zero_grad();
+  return norms;
+}
+
+template <class T>
+std::vector<ArrayT<T>> per_sample_gradients(ModelT<T>& model, const BatchT<T>& batch) {
+  const std::size_t b = batch.examples();
+  auto ps = model.parameters();
+  std::vector<ArrayT<T>> g;
+  for (const auto& p : ps) {
+    Shape s{b};
+    for (auto d : p.value().shape()) s.push_back(d);
+    g.push_back(xt::zeros<T>(s));
+  }
+  auto naive = make_clip_strategy<T>("naive");
+  FastRng rng(0);  // naive draws nothing
+  for (std::size_t i = 0; i < b; ++i) {
+    const ClipResult<T> one = naive->clipped_sum(model, batch.select({i}), 1e300, rng);
+    for (std::size_t j = 0; j < ps.size(); ++j)
+      std::copy(one.sum[j].begin(), one.sum[j].end(), g[j].data() + i * one.sum[j].size());
+  }
+  for (auto& p : ps) p.zero_grad();
+  return g;
+}
+
 template PerSampleCheck check_per_sample(ModelT<float>&, const BatchT<float>&);
 template PerSampleCheck check_per_sample(ModelT<double>&, const BatchT<double>&);
+template ArrayT<float> per_sample_gradient_norms(ModelT<float>&, const BatchT<float>&, const std::string&);
+template ArrayT<double> per_sample_gradient_norms(ModelT<double>&, const BatchT<double>&, const std::string&);
+template std::vector<ArrayT<float>> per_sample_gradients(ModelT<float>&, const BatchT<float>&);
+template std::vector<ArrayT<double>> per_sample_gradients(ModelT<double>&, const BatchT<double>&);
 template BatchT<float> synthetic_records(const BatchT<float>&, std::size_t, std::size_t, Rng&);
 template BatchT<double> synthetic_records(const BatchT<double>&, std::size_t, std::size_t, Rng&);
 template SelfCheckReport structural_self_check(ModelT<float>&, ClipStrategyT<float>&, const BatchT<float>&,

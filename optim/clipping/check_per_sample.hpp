@@ -56,6 +56,23 @@ template <class T>
 class ClipStrategyT;
 class Rng;
 
+/// Each example's gradient norm ||g_i|| over every parameter of `model` on
+/// `batch`, by `strategy` (docs/per-sample.md, "Per-sample norms of your own"):
+/// "naive", "vanilla" or "ghost" (exact; the last two refuse a model their rules
+/// do not cover, naming the op), or "jl:K" (estimates, from directions of a fixed
+/// seed). (B). No clipping, no noise and nothing accounted: for inspecting a
+/// model, never for releasing anything about private data. The parameters'
+/// gradients are left zero.
+template <class T>
+ArrayT<T> per_sample_gradient_norms(ModelT<T>& model, const BatchT<T>& batch, const std::string& strategy = "ghost");
+
+/// Each example's gradient itself, per parameter in model.parameters() order,
+/// each (B, ...the parameter's shape), by the per-example loop (exact for any
+/// model; B times the parameters' memory). As per_sample_gradient_norms:
+/// nothing is clipped, noised or accounted.
+template <class T>
+std::vector<ArrayT<T>> per_sample_gradients(ModelT<T>& model, const BatchT<T>& batch);
+
 /// `examples` records laid out like those of `like` (the same fields, the same
 /// row shapes, the same views) whose values come from `rng` alone: inputs and
 /// targets standard normal, token ids 0 or 1 up to a random length, labels in

@@ -23,7 +23,12 @@ TensorT<T> per_sample_losses(ModelT<T>& model, const BatchT<T>& batch) {
   TensorT<T> rows = model.row_losses(model.forward(batch), batch);
   if (batch.views == 1) return rows;
   // (R) -> (B, views) -> the mean over each example's views: (B); examples() checks R = B * views
-  return mean(reshape(rows, Shape{batch.examples(), batch.views}), {1});
+  TensorT<T> grouped = reshape(rows, Shape{batch.examples(), batch.views});
+  // With one example, (1, views) could as well be `views` samples along axis 1: the reshape cannot tell, the
+  // batch can. The rows are that example's views, so the one sample is the whole (docs/per-sample.md).
+  if (batch.examples() == 1 && grouped.node()->samples.kind == Samples::Kind::axis)
+    grouped.node()->samples = Samples::at(0, 1);
+  return mean(grouped, {1});
 }
 
 template <class T>

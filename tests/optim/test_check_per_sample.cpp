@@ -115,3 +115,32 @@ TEST_CASE("check_per_sample: needs two examples; restores the training mode") {
   CHECK(model->training());
   for (const auto& p : model->parameters()) CHECK_FALSE(p.has_grad());
 }
+
+TEST_CASE("per_sample_gradient_norms and per_sample_gradients: each example's own, by any strategy") {
+  FastRng rng(41);
+  auto model = make_mlp<double>({6, 5, 3}, Activation::tanh, rng);
+  const BatchT<double> batch = test::three_class_records(7, 6, 42);
+  const std::vector<ArrayT<double>> g = per_sample_gradients(*model, batch);
+  REQUIRE(g.size() == model->parameters().size());
+  ArrayT<double> want = xt::zeros<double>({std::size_t(7)});
+  for (std::size_t j = 0; j < g.size(); ++j) {
+    CHECK(g[j].shape()[0] == 7);
+    for (std::size_t i = 0; i < 7; ++i)
+      for (std::size_t k = 0; k < g[j].size() / 7; ++k) want(i) += g[j].data()[i * (g[j].size() / 7) + k] * g[j].data()[i * (g[j].size() / 7) + k];
+  }
+  want = xt::sqrt(want);
+  // each example's gradient is its own: the first example alone gives the first row
+  const std::vector<ArrayT<double>> first = per_sample_gradients(*model, batch.select({0}));
+  for (std::size_t j = 0; j < g.size(); ++j)
+    for (std::size_t k = 0; k < first[j].size(); ++k) CHECK(first[j].data()[k] == g[j].data()[k]);
+  for (const std::string s : {"naive", "vanilla", "ghost"}) {
+    CAPTURE(s);
+    const ArrayT<double> n = per_sample_gradient_norms(*model, batch, s);
+    for (std::size_t i = 0; i < 7; ++i) CHECK(n(i) == doctest::Approx(want(i)).epsilon(1e-10));
+  }
+  // jl:K estimates: unbiased in the square, near with many directions
+  const ArrayT<double> est = per_sample_gradient_norms(*model, batch, "jl:2000");
+  for (std::size_t i = 0; i < 7; ++i) CHECK(est(i) == doctest::Approx(want(i)).epsilon(0.15));
+  CHECK_THROWS_AS(per_sample_gradient_norms(*model, batch, "microbatch:2"), std::invalid_argument);
+  CHECK_THROWS_AS(per_sample_gradient_norms(*model, batch, "none"), std::invalid_argument);
+}

@@ -380,3 +380,21 @@ TEST_CASE("attacks of round 4, measured: how far one added record moves the clip
     }
   }
 }
+
+TEST_CASE("a batch of one example with several views: every strategy clips it as the per-example loop does (the "
+          "reshape of its rows alone took the views for samples, and a private step on it stopped the run)") {
+  FastRng init(33);
+  auto model = make_mlp<double>({6, 4, 3}, Activation::tanh, init);
+  BatchT<double> one = rows(3, init);  // three rows: one example's three views
+  one.views = 3;
+  one.ids = {7, 7, 7};
+  FastRng r1(1);
+  const ClipResult<double> want = make_clip_strategy<double>("naive")->clipped_sum(*model, one, 0.5, r1);
+  for (const std::string& name : {"vanilla", "ghost", "ghost+layers", "jl:3"}) {
+    CAPTURE(name);
+    FastRng r(1);
+    const ClipResult<double> got = make_clip_strategy<double>(name)->clipped_sum(*model, one, 0.5, r);
+    REQUIRE(got.norms.size() == 1);
+    if (name != "jl:3") CHECK(got.norms(0) == doctest::Approx(want.norms(0)).epsilon(1e-10));
+  }
+}
