@@ -1,7 +1,7 @@
 // dpgrad-train killed mid-run (SIGKILL, no chance to clean up) and resumed
 // with --resume ends exactly where an uninterrupted run ends: same epsilon, same
-// accuracy, bit-identical parameters. Contradicting flags and reused
-// directories are refused.
+// accuracy, bit-identical parameters (also with ONNX Dropout, whose masks are
+// keyed per record). Contradicting flags and reused directories are refused.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -21,8 +21,13 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/config.hpp"
+#include "engine/random.hpp"
 #include "optim/checkpoint/checkpoint.hpp"
 #include "support/temp_dir.hpp"
+#if DPGRAD_HAVE_ONNX
+#include "support/onnx_graph.hpp"
+#endif
 
 namespace {
 
@@ -34,8 +39,9 @@ const std::string train = DPGRAD_TRAIN;
 // A small private run: cnn26k on synthetic images, 32 steps in 2 epochs. Its
 // noise is reproducible (asked for by name) so that runs can be compared bit for
 // bit, unless `secure`.
-std::vector<std::string> run_args(const std::string& dir, long every, bool secure = false) {
-  std::vector<std::string> a{"--dataset", "synthetic", "--model", "cnn26k", "--train-limit", "1024",
+std::vector<std::string> run_args(const std::string& dir, long every, bool secure = false,
+                                  const std::string& model = "cnn26k") {
+  std::vector<std::string> a{"--dataset", "synthetic", "--model", model, "--train-limit", "1024",
                              "--test-limit", "128", "--optimizer", "dp-momentum", "--lr", "0.05", "--batch-size", "64",
                              "--epochs", "2", "--noise-multiplier", "1.1", "--clip-strategy", "ghost", "--seed", "7",
                              "--threads", "1", "--json", "--report-train-loss", "--checkpoint-dir", dir,
@@ -115,9 +121,9 @@ std::map<std::string, std::string> final_params(const fs::path& dir) {
 
 /// Runs the small run whole, and killed after 8 steps then resumed from the
 /// directory alone; both must end the same, bit for bit. `more`: further flags.
-void check_kill_and_resume(const std::vector<std::string>& more) {
+void check_kill_and_resume(const std::vector<std::string>& more, const std::string& model = "cnn26k") {
   auto args = [&](const fs::path& dir) {
-    auto a = run_args(dir, 4);
+    auto a = run_args(dir, 4, false, model);
     a.insert(a.end(), more.begin(), more.end());
     return a;
   };
@@ -161,6 +167,37 @@ TEST_CASE("dpgrad-train: a run killed with SIGKILL and resumed ends as an uninte
 TEST_CASE("dpgrad-train: the same with DP-SAT, whose direction (the last noised gradient) the checkpoint keeps") {
   check_kill_and_resume({"--sat-rho", "0.05"});
 }
+
+#if DPGRAD_HAVE_ONNX
+TEST_CASE("dpgrad-train: the same with an ONNX model's Dropout, whose masks are keyed per record and step") {
+  // images (B, 1, 28, 28) -> Flatten -> Gemm (256) -> Relu -> Dropout(0.3) -> Gemm -> logits (B, 10). A resumed
+  // process starts its dropout afresh: only masks keyed by the run's key, the record and the step come out the same.
+  TempDir tmp("dpgrad-resume-onnx");
+  dpgrad::FastRng rng(1);
+  dpgrad::test::OnnxGraph g;
+  g.input("images", {dpgrad::test::OnnxGraph::kBatch, 1, 28, 28});
+  g.output("logits", {dpgrad::test::OnnxGraph::kBatch, 10});
+  auto weights = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = float(0.03 * rng.normal());
+    return v;
+  };
+  g.node("Flatten", {"images"}, {"flat"}, "/Flatten");
+  g.init("fc1.weight", {256, 28 * 28}, weights(256 * 28 * 28));
+  g.init("fc1.bias", {256}, weights(256));
+  dpgrad::test::OnnxGraph::attr(g.node("Gemm", {"flat", "fc1.weight", "fc1.bias"}, {"h"}, "/fc1/Gemm"), "transB",
+                                std::int64_t(1));
+  g.node("Relu", {"h"}, {"r"}, "/Relu");
+  g.constant_float("ratio", 0.3f);
+  g.node("Dropout", {"r", "ratio"}, {"dropped"}, "/Dropout");
+  g.init("fc2.weight", {10, 256}, weights(10 * 256));
+  g.init("fc2.bias", {10}, weights(10));
+  dpgrad::test::OnnxGraph::attr(g.node("Gemm", {"dropped", "fc2.weight", "fc2.bias"}, {"logits"}, "/fc2/Gemm"),
+                                "transB", std::int64_t(1));
+  g.save((tmp.path / "dropout.onnx").string());
+  check_kill_and_resume({}, "onnx:" + (tmp.path / "dropout.onnx").string());
+}
+#endif
 
 TEST_CASE("dpgrad-train: killed at arbitrary moments while checkpointing every step, it always resumes") {
   TempDir tmp("dpgrad-resume");
