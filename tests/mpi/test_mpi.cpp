@@ -18,6 +18,7 @@
 #include "engine/mpi.hpp"
 #include "engine/random.hpp"
 #include "layers/dense.hpp"
+#include "layers/dropout.hpp"
 #include "layers/models.hpp"
 #include "optim/clipping/clipping.hpp"
 #include "optim/dp_optimizer.hpp"
@@ -72,6 +73,7 @@ struct RunSpec {
   long steps = 20;
   std::vector<std::size_t> sizes = {6, 8, 3};  // the MLP's layers
   bool adaptive = false;  // adaptive clipping: the count summed over the ranks and noised once
+  bool dropout = false;   // Dropout(0.5) after the hidden layer: masks keyed per record, whichever rank holds it
 };
 
 struct RunResult {
@@ -104,7 +106,17 @@ PrivateTrainingConfigT<double> config(const RunSpec& spec, std::shared_ptr<Commu
 /// A run of spec.steps steps on `data` (this rank's shard, or everything on one process).
 RunResult train(const RunSpec& spec, const BatchT<double>& data, std::shared_ptr<Communicator> comm) {
   FastRng init(1);
-  auto model = make_mlp<double>(spec.sizes, Activation::tanh, init);
+  std::unique_ptr<ModelT<double>> model;
+  if (!spec.dropout) {
+    model = make_mlp<double>(spec.sizes, Activation::tanh, init);
+  } else {
+    SequentialT<double> net;
+    net.emplace<DenseT<double>>(spec.sizes[0], spec.sizes[1], init, "d1");
+    net.emplace<ActivationT<double>>(Activation::tanh);
+    net.emplace<DropoutT<double>>(0.5, 3);
+    net.emplace<DenseT<double>>(spec.sizes[1], spec.sizes[2], init, "d2");
+    model = std::make_unique<FeatureModelT<double>>("mlp-dropout", std::move(net));
+  }
   SgdT<double> sgd(model->parameters(), 0.1, 0.9);
   PrivateTrainerT<double> trainer(*model, sgd, data, config(spec, std::move(comm)));
   RunResult r;
@@ -143,12 +155,15 @@ TEST_CASE("2 ranks train exactly as 1 rank, for every strategy that shards and e
                                       {"ghost", Sampling::poisson, 5, {300, 400, 10}},
                                       {"ghost", Sampling::poisson, 20, {6, 8, 3}, true},
                                       // per layer: the G = 2 counts, summed over the ranks and noised once each
-                                      {"ghost+layers:adaptive", Sampling::poisson, 20, {6, 8, 3}, true}};
+                                      {"ghost+layers:adaptive", Sampling::poisson, 20, {6, 8, 3}, true},
+                                      {"ghost", Sampling::poisson, 20, {6, 8, 3}, false, true},
+                                      {"naive", Sampling::shuffle, 20, {6, 8, 3}, false, true}};
   for (const RunSpec& spec : specs) {
     CAPTURE(spec.strategy);
     CAPTURE(to_string(spec.sampling));
     CAPTURE(spec.sizes[0]);
     CAPTURE(spec.adaptive);
+    CAPTURE(spec.dropout);
     const BatchT<double> all = records(96, spec.sizes[0]);
     const RunResult two = train(spec, shard(all, *comm), comm);
     CHECK(same_on_all_ranks(*comm, two.params));
