@@ -151,7 +151,6 @@ void print_header(const Options& o, PrivateTrainer& t, const std::string& model,
 }
 
 int run(Options o, const std::set<std::string>& given, const json* resumed, const std::shared_ptr<Communicator>& comm) {
-  const bool dp = is_dp(o.optimizer);
   o.threads = threads_per_rank(comm.get(), o.threads);
   if (o.threads > 0) blas::set_threads(o.threads);
   const auto say = line_printer(o.json_out);
@@ -163,6 +162,7 @@ int run(Options o, const std::set<std::string>& given, const json* resumed, cons
   }
   // ---- everything that needs no data, checked before any is read
   check_train_options(o, given);
+  const bool dp = is_dp(o.optimizer);  // after the check, which makes --target-epsilon alone private (dp-sgd)
   data::check_dataset_options(dataset_options(o));
   OptimizerSpec ospec{dp ? o.optimizer.substr(3) : o.optimizer, o.lr, o.momentum, o.weight_decay};
   check_optimizer_spec(ospec);

@@ -228,6 +228,14 @@ TEST_CASE("dpgrad-train: augmentation multiplicity trains on views and says so; 
   CHECK(last_json(j.out)["epsilon"].get<double>() > 0);
 }
 
+TEST_CASE("dpgrad-train: --target-epsilon without --optimizer trains privately with dp-sgd (docs/onnx.md's command)") {
+  Run r = run(train + " --dataset synthetic --model mlp --hidden 8 --batch-size 64 --epochs 1 --target-epsilon 3 --json");
+  REQUIRE(r.status == 0);
+  const auto j = last_json(r.out);
+  CHECK(j["epsilon"].get<double>() <= 3.0);
+  CHECK(j["epsilon"].get<double>() > 0);
+}
+
 TEST_CASE("dpgrad-train: --classes keeps two classes as a binary task; --model logreg is named so") {
   Run r = run(train + " --dataset synthetic --model logreg --classes 3,7 --optimizer sgd --batch-size 64 --epochs 1 --json");
   REQUIRE(r.status == 0);
