@@ -349,8 +349,10 @@ void PrivateTrainerT<T>::make_generators() {
     share_generator(*config_.communicator, *sample_rng_);
     share_generator(*config_.communicator, *aux_rng_);
     share_generator(*config_.communicator, *noise_rng_);
-    const std::string key = broadcast_string(*config_.communicator, std::string(dropout_key_.begin(), dropout_key_.end()));
-    std::copy(key.begin(), key.end(), dropout_key_.begin());  // and the same dropout masks
+    // and the same dropout masks
+    const std::string key =
+        broadcast_string(*config_.communicator, std::string(dropout_key_.begin(), dropout_key_.end()));
+    std::copy(key.begin(), key.end(), dropout_key_.begin());
   }
 }
 

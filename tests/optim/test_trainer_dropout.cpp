@@ -117,7 +117,8 @@ HashKey saved_dropout_key(const std::filesystem::path& dir) {
   const std::string hex = state["keys"].at("dropout").get<std::string>();
   REQUIRE(hex.size() == 32);
   HashKey k{};
-  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (std::size_t i = 0; i < k.size(); ++i)
+    k[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return k;
 }
 
@@ -240,13 +241,43 @@ TEST_CASE("trainer dropout: an added record moves the clipped sum by at most C a
       // at step 0 run b also holds the added record, first: every other record is a row further down
       const BatchT<double> with = t == 0 ? concat_batches<double>({extra, batch}) : batch;
       const DropoutKeyScope scope(key, t);
-      const auto sa = strategy->clipped_sum(*a, batch, 1.0, rng).sum, sb = strategy->clipped_sum(*b, with, 1.0, rng).sum;
+      const auto sa = strategy->clipped_sum(*a, batch, 1.0, rng).sum;
+      const auto sb = strategy->clipped_sum(*b, with, 1.0, rng).sum;
       double moved = 0;
       for (std::size_t i = 0; i < sa.size(); ++i) moved += double(xt::sum(xt::square(sa[i] - sb[i]))());
       moved = std::sqrt(moved);
       INFO(std::string(name) << " step " << t << ": the clipped sum moved by " << moved << " C");
-      if (t == 0) CHECK(moved <= 1.0 + 1e-9);  // the record's own clipped gradient, norm <= C (float rounding far below)
+      if (t == 0) CHECK(moved <= 1.0 + 1e-9);  // the record's own clipped gradient, norm <= C (rounding far below)
       else CHECK(moved == 0.0);
     }
   }
+}
+
+TEST_CASE("trainer dropout: a model that does not name its records is refused at its first step, nothing accounted") {
+  // Recorder's layers without the DropoutRecords its forward holds: masks could only be drawn by position
+  class Unnamed final : public ModelT<double> {
+   public:
+    Unnamed() : init_(3), d1_(8, 16, init_, "d1"), drop_(0.5) {}
+    TensorT<double> forward(const BatchT<double>& b) override {
+      return drop_.forward(d1_.forward(per_sample_input(b.inputs)));
+    }
+    std::vector<TensorT<double>> parameters() const override { return d1_.parameters(); }
+    void set_training(bool on) override {
+      this->training_ = on;
+      drop_.set_training(on);
+    }
+    std::string name() const override { return "unnamed"; }
+
+   private:
+    FastRng init_;
+    DenseT<double> d1_;
+    DropoutT<double> drop_;
+  } m;
+  SgdT<double> sgd(m.parameters(), 0.1);
+  PrivateTrainingConfigT<double> c = small_run();
+  c.reproducible_noise = true;
+  const BatchT<double> train = records(60, 0, 9);
+  PrivateTrainerT<double> t(m, sgd, train, c);
+  CHECK_THROWS_WITH_AS(t.step(), doctest::Contains("DropoutRecords"), std::invalid_argument);
+  CHECK(t.accountant()->total_steps() == 0);
 }
