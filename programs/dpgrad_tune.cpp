@@ -152,8 +152,8 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const auto closed = guard_standard_output("dpgrad-tune")) return *closed;
   use_best_blas_core("dpgrad-tune", argc, argv);
+  if (const auto closed = guard_standard_output("dpgrad-tune")) return *closed;
   keep_freed_memory();
   Options o;
   try {

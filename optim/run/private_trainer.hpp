@@ -401,8 +401,8 @@ class PrivateTrainerT {
   std::vector<ArrayT<T>> released_;  // the releases before training, config order
   std::vector<std::pair<std::string, MetricFnT<T>>> metrics_;  // add_metric's
   double self_check_seconds_ = 0;
-  std::string extension_;
   std::string self_check_;  // what the structural self-check ran, one line (SelfCheckReport::str); empty: none ran
+  std::string extension_;
   long steps_ = 0, saved_at_ = -1;
   std::shared_ptr<nlohmann::json> resumed_extra_;
   std::optional<CheckpointLock> lock_;
