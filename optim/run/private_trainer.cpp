@@ -303,6 +303,9 @@ void PrivateTrainerT<T>::open_checkpoints() {
   std::string error;
   try {  // the directory is claimed now: unwritable, or used by another run, fails before any work
     if (writer) lock_.emplace(p.dir);
+    // the key store too: a store that cannot keep the run's key is found now, not at the first save after
+    // an epoch of training (docs/checkpoints.md)
+    if (writer && !p.resume) check_key_store(p.key_store.empty() ? default_key_store() : p.key_store);
     const bool has = CheckpointDir(p.dir).has_checkpoint();
     if (p.resume && !has) error = "no checkpoint in " + p.dir.string() + " to resume";
     if (!p.resume && has)

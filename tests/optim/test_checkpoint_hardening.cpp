@@ -600,3 +600,21 @@ TEST_CASE("checkpoint hardening: the folders a checkpoint creates, its own and m
   CHECK((fs::status(dir.path / "mine" / "ck").permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
         fs::perms::none);
 }
+
+TEST_CASE("checkpoint keys: the library's trainer checks the key store when it starts, not at its first save") {
+  Run run;
+  test::TempDir dir("dpgrad-store-check");
+  const fs::path open_store = dir.path / "open";
+  fs::create_directory(open_store);
+  fs::permissions(open_store, fs::perms::all);  // 0777: other users could read the keys
+  run.config.checkpoints.dir = dir.path / "ck";
+  run.config.checkpoints.key_store = open_store;
+  FastRng init(3);
+  auto model = make_mlp<double>({6, 2}, Activation::relu, init);
+  SgdT<double> sgd(model->parameters(), 0.1);
+  test::check_error<std::invalid_argument>([&] { PrivateTrainerT<double> t(*model, sgd, run.data, run.config); },
+                                           {open_store.string()});
+  fs::permissions(open_store, fs::perms::owner_all);  // 0700: fine
+  PrivateTrainerT<double> ok(*model, sgd, run.data, run.config);
+  ok.step();
+}
