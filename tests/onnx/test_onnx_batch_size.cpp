@@ -18,11 +18,13 @@
 #include "onnx/onnx.hpp"
 #include "optim/clipping/check_per_sample.hpp"
 #include "optim/clipping/clipping.hpp"
+#include "support/batches.hpp"
 #include "support/check.hpp"
 #include "support/onnx_graph.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace dpgrad;
+using test::random_batch;
 using test::OnnxGraph;
 using OnnxModel = dpgrad::onnx::OnnxModelT<double>;
 
@@ -39,15 +41,6 @@ std::unique_ptr<OnnxModel> load_graph(const OnnxGraph& g, const test::TempDir& d
   return dpgrad::onnx::load<double>(path);
 }
 
-BatchT<double> random_batch(const Shape& s, std::size_t classes, Rng& rng) {
-  BatchT<double> b;
-  b.inputs = test::randn<double>(s, rng);
-  for (std::size_t i = 0; i < s[0]; ++i) {
-    b.labels.push_back(std::int32_t(rng.below(classes)));
-    b.ids.push_back(std::int64_t(i));
-  }
-  return b;
-}
 
 /// x (B, 3) -> "logits" = x W (B, 2); the caller adds the nodes that make "y".
 OnnxGraph linear_graph() {
@@ -82,6 +75,14 @@ void batch_size_of_x(OnnxGraph& g) {
   OnnxGraph::attr(g.node("Gather", {"shape", "zero"}, {"b"}, "batch_of_x"), "axis", std::int64_t(0));
   g.constant_ints("axis0", {0});
   g.node("Unsqueeze", {"b", "axis0"}, {"b1"});
+}
+
+/// rows = Range(0, B) (node "row_index"), B read from x's shape.
+void row_index(OnnxGraph& g) {
+  batch_size_of_x(g);
+  g.constant_ints("start", {0}, true);
+  g.constant_ints("step", {1}, true);
+  g.node("Range", {"start", "b", "step"}, {"rows"}, "row_index");
 }
 
 /// The distance between the clipped sums of `a` and `b`, all parameters taken as one vector.
@@ -205,10 +206,7 @@ TEST_CASE("onnx batch size: logits scaled by Cast(Not(Equal(B, 256))) and by 1 -
 TEST_CASE("onnx batch size: Range(0, B) added to the logits as data") {
   test::TempDir dir("dpgrad-onnx-b");
   OnnxGraph g = linear_graph();
-  batch_size_of_x(g);
-  g.constant_ints("start", {0}, true);
-  g.constant_ints("step", {1}, true);
-  g.node("Range", {"start", "b", "step"}, {"rows"}, "row_index");
+  row_index(g);
   cast(g, "rows", "rowsf", 1);
   g.constant_ints("axis1", {1});
   g.node("Unsqueeze", {"rowsf", "axis1"}, {"col"});  // (B, 1)
@@ -315,10 +313,7 @@ TEST_CASE("onnx batch size: B only shaping (Reshape to (B, -1), Expand over B, a
 TEST_CASE("onnx batch size: a table read at Range(0, B), each row's position in the batch, is refused by name") {
   test::TempDir dir("dpgrad-onnx-b");
   OnnxGraph g = linear_graph();
-  batch_size_of_x(g);
-  g.constant_ints("start", {0}, true);
-  g.constant_ints("step", {1}, true);
-  g.node("Range", {"start", "b", "step"}, {"rows"}, "row_index");
+  row_index(g);
   g.init("table", {8, 2}, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 1.0f, 1.1f, 1.2f, 1.3f, 1.4f, 1.5f, 1.6f});
   OnnxGraph::attr(g.node("Gather", {"table", "rows"}, {"by_row"}, "position"), "axis", std::int64_t(0));
   g.node("Add", {"logits", "by_row"}, {"y"});

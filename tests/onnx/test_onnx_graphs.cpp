@@ -17,11 +17,13 @@
 #include "onnx/onnx.hpp"
 #include "optim/clipping/check_per_sample.hpp"
 #include "optim/clipping/clipping.hpp"
+#include "support/batches.hpp"
 #include "support/check.hpp"
 #include "support/onnx_graph.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace dpgrad;
+using test::random_batch;
 using test::OnnxGraph;
 using A = ArrayT<double>;
 
@@ -51,15 +53,6 @@ A run_tokens(dpgrad::onnx::OnnxModelT<double>& m, const ArrayT<std::int32_t>& t)
   return m.forward(b).value();
 }
 
-BatchT<double> random_batch(const Shape& s, std::size_t classes, Rng& rng) {
-  BatchT<double> b;
-  b.inputs = test::randn<double>(s, rng);
-  for (std::size_t i = 0; i < s[0]; ++i) {
-    b.labels.push_back(std::int32_t(rng.below(classes)));
-    b.ids.push_back(std::int64_t(i));
-  }
-  return b;
-}
 
 std::vector<float> random_floats(std::size_t n, Rng& rng) {
   std::vector<float> v(n);

@@ -31,4 +31,16 @@ inline BatchT<double> three_class_records(std::size_t n, std::size_t features, s
   return b;
 }
 
+/// Standard normal inputs of shape `s` (examples first), labels in [0, classes),
+/// ids 0..B-1.
+inline BatchT<double> random_batch(const Shape& s, std::size_t classes, Rng& rng) {
+  BatchT<double> b;
+  b.inputs = randn<double>(s, rng);
+  for (std::size_t i = 0; i < s[0]; ++i) {
+    b.labels.push_back(std::int32_t(rng.below(classes)));
+    b.ids.push_back(std::int64_t(i));
+  }
+  return b;
+}
+
 }  // namespace dpgrad::test
