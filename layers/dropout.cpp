@@ -141,6 +141,8 @@ void keyed_mask(ArrayT<T>& mask, const Shape& shape, const RecordLayout& l, cons
 
 }  // namespace
 
+bool dropout_keyed() { return context.key != nullptr; }
+
 DropoutKeyScope::DropoutKeyScope(const HashKey& key, std::uint64_t step)
     : key_(key), saved_key_(context.key), saved_step_(context.step) {
   context.key = &key_;

@@ -31,6 +31,9 @@ class DropoutKeyScope {
   std::uint64_t saved_step_;
 };
 
+/// Whether a DropoutKeyScope is alive on this thread (masks keyed per record).
+bool dropout_keyed();
+
 /// While alive (on this thread), a forward pass runs on the rows of a batch:
 /// row r is record ids[r], and rows [i * views, (i + 1) * views) are the views
 /// of one example. A model's forward(batch) holds one (FeatureModel and ONNX

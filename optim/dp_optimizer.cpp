@@ -14,6 +14,7 @@
 #include "engine/communicator.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime.hpp"
+#include "layers/dropout.hpp"
 #include "optim/sampling/sampler.hpp"
 #include "privacy/accountant.hpp"
 
@@ -84,6 +85,7 @@ DPOptimizerT<T>::DPOptimizerT(ModelT<T>& model, OptimizerT<T>& base, ClipStrateg
                               const Sampler& sampler, Rng& noise_rng, Rng& aux_rng, privacy::Accountant* accountant)
     : model_(model), base_(base), strategy_(strategy), config_(c), sampler_(sampler), grid_clip_norm_(c.clip_norm),
       noise_rng_(noise_rng), aux_rng_(aux_rng), accountant_(accountant), energy_(model.parameters().size(), 0.0) {
+  dropout_key_ = noise_rng.secure() ? random_hash_key() : hash_key_from_seed(0, "dpgrad-dropout-optimizer");
   const double L = sampler.expected_batch_size(), q = sampler.sampling_rate();
   if (!(L > 0 && std::isfinite(L)))
     throw std::invalid_argument("the sampler's expected batch size must be > 0, got " + std::to_string(L));
@@ -395,6 +397,10 @@ void DPOptimizerT<T>::combine(ClipResult<T>& r, StepStats& st, NoiseAhead* noise
 
 template <class T>
 StepStats DPOptimizerT<T>::step(const BatchT<T>& batch) {
+  // a record's dropout masks depend on it alone: keyed here unless the caller (PrivateTrainer) keys them
+  std::optional<DropoutKeyScope> keyed;
+  if (!dropout_keyed()) keyed.emplace(dropout_key_, dropout_steps_);
+  ++dropout_steps_;
   StepStats st;
   st.batch = batch.examples();
   const std::unique_ptr<NoiseAhead> noise = draw_noise_ahead();

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/random.hpp"
 #include "optim/clipping/clipping.hpp"
 #include "optim/optimizer.hpp"
 
@@ -254,6 +255,10 @@ class DPOptimizerT {
   std::vector<ArrayT<T>> sat_direction_;
   std::vector<double> energy_;  // sum over steps of ||g||^2, per parameter
   long energy_steps_ = 0;
+  // dropout's masks keyed per record when step() runs outside a PrivateTrainer, which keys them itself
+  // (layers/dropout.hpp): a key of this optimizer's, secure with a secure noise generator
+  HashKey dropout_key_{};
+  std::uint64_t dropout_steps_ = 0;
 };
 
 /// DPOptimizerT over float parameters.

@@ -17,6 +17,8 @@
 #include "layers/dense.hpp"
 #include "layers/dropout.hpp"
 #include "optim/clipping/clipping.hpp"
+#include "optim/dp_optimizer.hpp"
+#include "optim/sampling/sampler.hpp"
 #include "optim/run/private_trainer.hpp"
 #include "support/batches.hpp"
 #include "support/temp_dir.hpp"
@@ -280,4 +282,22 @@ TEST_CASE("trainer dropout: a model that does not name its records is refused at
   PrivateTrainerT<double> t(m, sgd, train, c);
   CHECK_THROWS_WITH_AS(t.step(), doctest::Contains("DropoutRecords"), std::invalid_argument);
   CHECK(t.accountant()->total_steps() == 0);
+}
+
+TEST_CASE("dropout: a DPOptimizer stepped directly, outside a PrivateTrainer, keys each record's masks too") {
+  Recorder m(5);
+  m.set_training(true);
+  SgdT<double> sgd(m.parameters(), 0.1);
+  auto strategy = make_clip_strategy<double>("ghost");
+  auto sampler = make_sampler("poisson", 100, 10);
+  ReproducibleRng noise(6), aux(7);  // reproducible: the optimizer's key is the named one below
+  DPOptimizerT<double> dp(m, sgd, *strategy, DPConfig{1.0, 1.0}, *sampler, noise, aux, nullptr);
+  const HashKey key = hash_key_from_seed(0, "dpgrad-dropout-optimizer");
+  for (long step = 0; step < 2; ++step) {
+    m.seen.clear();
+    dp.step(records(step == 0 ? 5 : 9, 40, 8));  // the same records 40.. at other batch sizes
+    REQUIRE(!m.seen.empty());
+    for (const auto& [id, kept] : m.seen) CHECK(kept == expected(key, step, id));
+  }
+  CHECK_FALSE(dropout_keyed());  // the optimizer's scope ends with its step
 }
