@@ -270,7 +270,7 @@ TEST_CASE("dpgrad-train: bad input exits with status 2 and a message") {
       " --dataset synthetic --batch-size 0",
       " --dataset synthetic --model bilstm598k",
       " --dataset synthetic --epochs -1",
-      " --dataset synthetic --noise-multiplier 1",
+      " --dataset synthetic --optimizer sgd --noise-multiplier 1",  // a non-private optimizer named with noise
       " --dataset synthetic --classes 3",
       " --dataset synthetic --classes 0,12",
       " --dataset synthetic --classes 2,2",
