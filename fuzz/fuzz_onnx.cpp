@@ -13,25 +13,15 @@
 #include <string>
 
 #include "engine/tape.hpp"
+#include "fuzz/onnx_input.hpp"
 #include "onnx/onnx.hpp"
 
 using namespace dpgrad;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = "/tmp/dpgrad-fuzz-onnx-" + std::to_string(::getpid()) + ".onnx";
-  if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
-    std::fwrite(data, 1, size, f);
-    std::fclose(f);
-  }
-  onnx::LoadOptions o;
-  o.max_tensor_elements = std::size_t(1) << 16;  // a small model's worth: keeps each run quick
-  o.max_file_bytes = std::size_t(1) << 22;
-  std::unique_ptr<onnx::OnnxModelT<float>> model;
-  try {
-    model = onnx::load<float>(path, o);
-  } catch (const onnx::OnnxError&) {
-    return 0;
-  }
+  const std::unique_ptr<onnx::OnnxModelT<float>> model = fuzz::load_fuzzed(path, data, size);
+  if (!model) return 0;
   const onnx::InputSpec& in = model->input();
   BatchT<float> batch;
   Shape s{2};

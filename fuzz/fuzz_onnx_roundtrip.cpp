@@ -19,6 +19,7 @@
 #include <string>
 
 #include "engine/tape.hpp"
+#include "fuzz/onnx_input.hpp"
 #include "onnx/onnx.hpp"
 
 using namespace dpgrad;
@@ -67,19 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return d;
   }();
   const std::string in = dir + "/in.onnx", once = dir + "/once.onnx", twice = dir + "/twice.onnx";
-  if (std::FILE* f = std::fopen(in.c_str(), "wb")) {
-    std::fwrite(data, 1, size, f);
-    std::fclose(f);
-  }
-  onnx::LoadOptions o;
-  o.max_tensor_elements = std::size_t(1) << 16;  // a small model's worth: keeps each run quick
-  o.max_file_bytes = std::size_t(1) << 22;
-  std::unique_ptr<onnx::OnnxModelT<float>> first;
-  try {
-    first = onnx::load<float>(in, o);
-  } catch (const onnx::OnnxError&) {
-    return 0;
-  }
+  const std::unique_ptr<onnx::OnnxModelT<float>> first = fuzz::load_fuzzed(in, data, size);
+  if (!first) return 0;
   try {
     onnx::save(*first, once);
   } catch (const onnx::OnnxError&) {
@@ -89,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   std::unique_ptr<onnx::OnnxModelT<float>> second;
   try {
-    second = onnx::load<float>(once, o);
+    second = onnx::load<float>(once, fuzz::load_options());
   } catch (const std::exception& e) {
     bug(std::string("the written model does not load: ") + e.what());
   }
