@@ -247,9 +247,10 @@ TEST_CASE("structural self-check: every strategy that batches examples is checke
   }
   // the header says what ran, and "passed" only for what did
   auto mlp = make_mlp<double>({6, 4, 3}, Activation::tanh, init);
-  for (const std::string& name : {std::string("ghost+layers"), std::string("jl:2")}) {
+  for (const std::string& name : {std::string("ghost+layers"), std::string("jl:2"), std::string("ghost")}) {
     const SelfCheckReport r = structural_self_check<double>(*mlp, *make_clip_strategy<double>(name, 10), like, {});
     CHECK(r.str().find("per-record gradients") != std::string::npos);
+    CHECK((r.str().find("per-layer norms") != std::string::npos) == (name == "ghost+layers"));  // only what ran
     CHECK(r.str().find("neighbour test") != std::string::npos);
     CHECK(r.str().find("passed") != std::string::npos);
   }
