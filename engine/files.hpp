@@ -100,16 +100,17 @@ inline void require_output_file(const std::string& path, const std::string& flag
 }
 
 /// Writes `bytes` to `path`: to a scratch file created exclusively beside it
-/// (ScratchFile; mode 0666 less the umask), written, fsynced and closed, then renamed over
-/// `path` and the folder fsynced, so a failed write leaves what was there.
-/// Throws std::runtime_error naming `flag` when `path` is no longer fit
-/// (output_file_problem, checked again) or a step fails.
-inline void write_output_file(const std::string& path, std::string_view bytes, const std::string& flag) {
+/// (ScratchFile; `mode` less the umask: 0600 for checkpoints and keys), written,
+/// fsynced and closed, then renamed over `path` and the folder fsynced, so a failed
+/// write leaves what was there. Throws std::runtime_error naming `flag` when `path`
+/// is no longer fit (output_file_problem, checked again) or a step fails.
+inline void write_output_file(const std::string& path, std::string_view bytes, const std::string& flag,
+                              mode_t mode = 0666) {
   auto fail = [&](const std::string& why) { throw std::runtime_error(flag + " " + path + ": " + why); };
   struct stat st {};
   if (path.empty() || without_trailing_separators(path) != path) fail("not a file name");
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) fail("is not a regular file: it is not replaced");
-  ScratchFile tmp(path, 0666);
+  ScratchFile tmp(path, mode);
   if (tmp.fd < 0) fail(std::string("cannot create a file beside it (") + std::strerror(errno) + ")");
   std::string error;
   for (std::size_t done = 0; done < bytes.size() && error.empty();) {

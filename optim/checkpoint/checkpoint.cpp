@@ -1,6 +1,8 @@
 // Checkpoints: see checkpoint.hpp.
 #include "optim/checkpoint/checkpoint.hpp"
 
+#include "engine/files.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -190,13 +192,11 @@ bool safe_relative_path(const std::string& rel) {
 
 /// Replaces `path` by a file holding `bytes`, atomically (temp file + rename).
 void replace_file(const fs::path& path, const std::string& bytes) {
-  fs::path tmp = path;
-  tmp += ".tmp" + std::to_string(::getpid());
-  write_file(tmp, bytes);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fail("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
-  fsync_path(path.parent_path(), true);
+  try {  // the one checked writer of output files: a scratch file created exclusively, fsynced, renamed
+    write_output_file(path.string(), bytes, "checkpoint file", 0600);
+  } catch (const std::runtime_error& e) {
+    fail(std::string("cannot write ") + e.what());
+  }
 }
 
 std::string step_name(long step) {

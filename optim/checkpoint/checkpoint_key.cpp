@@ -273,29 +273,10 @@ void RunKey::write() const {
                      {"step", step_}, {"ledger", ledger_}}
           .dump(1) + "\n";
   const fs::path file = key_path(store_, id_);
-  fs::path tmp = file;
-  tmp += ".tmp" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) fail("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  bool ok = true;
-  while (ok && done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    ok = w > 0;
-    if (ok) done += std::size_t(w);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot write " + file.string() + ": " + std::strerror(e));
-  }
-  const int dir = ::open(store_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
+  try {  // the one checked writer of output files: a scratch file created exclusively, fsynced, renamed
+    write_output_file(file.string(), text, "the run key", 0600);
+  } catch (const std::runtime_error& e) {
+    fail(std::string("cannot write ") + e.what());
   }
 }
 
