@@ -34,15 +34,32 @@ std::vector<double> to_vector(const ArrayT<T>& a) {
   return std::vector<double>(a.begin(), a.end());
 }
 
+/// ||a - b - c|| over all parameters (c may be null).
+template <class T>
+double distance(const std::vector<ArrayT<T>>& a, const std::vector<ArrayT<T>>& b, const std::vector<ArrayT<T>>* c) {
+  double sq = 0;
+  for (std::size_t j = 0; j < a.size(); ++j)
+    for (std::size_t k = 0; k < a[j].size(); ++k) {
+      const double d = double(a[j].data()[k]) - double(b[j].data()[k]) - (c ? double((*c)[j].data()[k]) : 0.0);
+      sq += d * d;
+    }
+  return std::sqrt(sq);
+}
+
+/// ||a|| over all parameters.
+template <class T>
+double norm_of(const std::vector<ArrayT<T>>& a) {
+  double sq = 0;
+  for (const auto& x : a)
+    for (auto v : x) sq += double(v) * double(v);
+  return std::sqrt(sq);
+}
+
 /// ||got - want|| / ||want|| over all parameters together.
 template <class T>
 double sum_error(const std::vector<ArrayT<T>>& got, const std::vector<ArrayT<T>>& want) {
-  double num = 0, den = 0;
-  for (std::size_t j = 0; j < want.size(); ++j) {
-    num += double(xt::sum(xt::square(got[j] - want[j]))());
-    den += double(xt::sum(xt::square(want[j]))());
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  const double off = distance<T>(got, want, nullptr), scale = norm_of(want);
+  return scale == 0 ? off : off / scale;
 }
 
 /// The engine's rules taken directly: ||G_i|| by `method`, summed over parameters.
@@ -212,26 +229,6 @@ std::pair<std::size_t, double> worst_difference(const A& a, const B& b) {
     if (!(e <= worst.second)) worst = {i, e};
   }
   return worst;
-}
-
-/// ||a - b - c|| over all parameters (c may be null).
-template <class T>
-double distance(const std::vector<ArrayT<T>>& a, const std::vector<ArrayT<T>>& b, const std::vector<ArrayT<T>>* c) {
-  double sq = 0;
-  for (std::size_t j = 0; j < a.size(); ++j)
-    for (std::size_t k = 0; k < a[j].size(); ++k) {
-      const double d = double(a[j].data()[k]) - double(b[j].data()[k]) - (c ? double((*c)[j].data()[k]) : 0.0);
-      sq += d * d;
-    }
-  return std::sqrt(sq);
-}
-
-template <class T>
-double norm_of(const std::vector<ArrayT<T>>& a) {
-  double sq = 0;
-  for (const auto& x : a)
-    for (auto v : x) sq += double(v) * double(v);
-  return std::sqrt(sq);
 }
 
 /// The strategy's clipped sum of `batch`, its draws from a fresh FastRng(draws):
@@ -419,7 +416,7 @@ NeighbourMove neighbour_test(ModelT<T>& model, ClipStrategyT<T>& strategy, const
   for (const std::size_t e : positions) {
     if (e >= n) throw std::invalid_argument("neighbour_test: position " + std::to_string(e) + " out of range");
     const ClipResult<T> without = clipped_with(model, strategy, records.select(all_but(n, e)), clip_norm, draws);
-    const double moved = distance(with.sum, without.sum, static_cast<const std::vector<ArrayT<T>>*>(nullptr)) / clip_norm;
+    const double moved = distance<T>(with.sum, without.sum, nullptr) / clip_norm;
     double excess = 0;
     if (strategy.per_example_contributions()) {
       const ClipResult<T> alone = clipped_with(model, strategy, records.select({e}), clip_norm, draws);

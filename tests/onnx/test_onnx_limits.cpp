@@ -130,13 +130,7 @@ TEST_CASE("onnx limits: tensors of the forward pass too large per example are re
                                   "max_bytes_per_example"});
   }
   {  // the bound is the caller's: a linear model of 2 outputs needs 20 bytes per example in float
-    OnnxGraph g;
-    g.input("x", {OnnxGraph::kBatch, 3});
-    g.output("y", {OnnxGraph::kBatch, 2});
-    g.init("w", {2, 3}, {1, 2, 3, 4, 5, 6});
-    auto* n = g.node("Gemm", {"x", "w"}, {"y"}, "fc");
-    OnnxGraph::attr(n, "transB", std::int64_t(1));
-    g.save(dir / "linear.onnx");
+    test::linear_gemm_graph().save(dir / "linear.onnx");
     dpgrad::onnx::LoadOptions tight;
     tight.max_bytes_per_example = 19;
     refused(dir / "linear.onnx", {"node 'fc' (Gemm)", "20 bytes per example", "limit of 19 bytes"}, tight);

@@ -43,15 +43,7 @@ void token_model(const std::string& path) {
 }
 
 /// features (batch, 3) -> Gemm (2): logits (batch, 2)
-void feature_model(const std::string& path) {
-  OnnxGraph g;
-  g.input("x", {OnnxGraph::kBatch, 3});
-  g.output("y", {OnnxGraph::kBatch, 2});
-  g.init("w", {2, 3}, {1, 2, 3, 4, 5, 6});
-  auto* n = g.node("Gemm", {"x", "w"}, {"y"}, "fc");
-  OnnxGraph::attr(n, "transB", std::int64_t(1));
-  g.save(path);
-}
+void feature_model(const std::string& path) { dpgrad::test::linear_gemm_graph().save(path); }
 
 /// A version 1.0 npy file of float32 (1, 3) whose header takes 80 bytes (aligned
 /// to 16, as older numpy wrote it) and whose data start with the bytes '<i8'.

@@ -131,4 +131,14 @@ class OnnxGraph {
   ::onnx::ModelProto model_;
 };
 
+/// features x (batch, 3) -> Gemm (node "fc", weight (2, 3) = 1..6, transB): y (batch, 2).
+inline OnnxGraph linear_gemm_graph() {
+  OnnxGraph g;
+  g.input("x", {OnnxGraph::kBatch, 3});
+  g.output("y", {OnnxGraph::kBatch, 2});
+  g.init("w", {2, 3}, {1, 2, 3, 4, 5, 6});
+  OnnxGraph::attr(g.node("Gemm", {"x", "w"}, {"y"}, "fc"), "transB", std::int64_t(1));
+  return g;
+}
+
 }  // namespace dpgrad::test
