@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -193,7 +192,6 @@ TEST_CASE("dpgrad-train --export-onnx: a path it must not or cannot write is ref
   // (no device: a writer with this bug, run as root, would replace /dev/full; the FIFO takes its place)
   for (const std::string& path : {fifo, folder, link, dir / "folder-link/", dir / "missing/out.onnx", folder + "/"}) {
     CAPTURE(path);
-    const auto start = std::chrono::steady_clock::now();
     const Run r = dpgrad::test::run_argv({train, "--model", "onnx:" + (dir / "model.onnx"), "--dataset", "synthetic",
                                           "--optimizer", "dp-sgd", "--noise-multiplier", "1", "--batch-size", "64",
                                           "--max-steps", "1", "--epochs", "1", "--export-onnx", path});
@@ -202,7 +200,6 @@ TEST_CASE("dpgrad-train --export-onnx: a path it must not or cannot write is ref
     CHECK_MESSAGE(r.out.find("--export-onnx " + named) != std::string::npos, r.out);
     CHECK(r.out.find("epsilon") == std::string::npos);  // no step taken, nothing spent
     CHECK(r.out.find("synthetic") == std::string::npos);  // no data read
-    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
   }
   struct stat st {};
   REQUIRE(::lstat(fifo.c_str(), &st) == 0);
